@@ -1,0 +1,3 @@
+from otel_rl._internal.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Attribute and setting names otel_rl writes and reads, as documented constants.
+
+Every producer (the recorder, `otel-rl import`) and every consumer (the tree builder, the
+reports) uses these names, so spans from any otel_rl version or tool rebuild the same tree.
+"""
+
+from __future__ import annotations
+
+# Span attributes ---------------------------------------------------------------------------
+THREAD_ID = "thread.id"
+THREAD_NAME = "thread.name"
+#: What a span is: absent for an ordinary timed block; "run" for the span that is the tree's
+#: root (one per run, emitted at shutdown); "process" for a worker process's marker span (not a
+#: tree node: its gauges/metadata are merged into the root); "synthetic" is not a kind, see below.
+KIND = "otel_rl.kind"
+KIND_RUN = "run"
+KIND_PROCESS = "process"
+#: On the root span of a per-iteration trace that the `auto` policy sampled: "schedule" or "outlier".
+SAMPLED = "otel_rl.sampled"
+#: True on spans made by `otel-rl import` from a timers.json (not measured as spans).
+SYNTHETIC = "otel_rl.synthetic"
+#: On synthetic spans: how many times the block ran (the span's duration is the node's total).
+COUNT = "otel_rl.count"
+#: Prefixes on run/process spans: gauges as `<prefix><name>.value|min|max|count`, metadata as
+#: `<prefix><key>` (string values).
+GAUGE_PREFIX = "otel_rl.gauge."
+METADATA_PREFIX = "otel_rl.metadata."
+#: Source of a block ("mlagents" timers facade, "sample_factory" Timing facade).
+SOURCE = "otel_rl.source"
+
+# Resource attributes -----------------------------------------------------------------------
+SERVICE_NAME = "service.name"
+PROCESS_PID = "process.pid"
+HOST_NAME = "host.name"
+RUN_ID = "otel_rl.run.id"
+WORKER_ROLE = "otel_rl.worker.role"
+WORKER_INDEX = "otel_rl.worker.index"
