@@ -1,0 +1,330 @@
+"""One table of settings, resolved with one precedence rule.
+
+argument > ``OTEL_RL_*`` > standard ``OTEL_*`` > default. An invalid argument raises
+``ValueError`` (the caller made a mistake in code); a malformed environment value warns once and
+falls back to the next source (a typo in a shell must not break a training run).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+logger = logging.getLogger("otel_rl")
+
+SPAN_POLICIES = ("all", "auto", "off")
+PROTOCOLS = ("grpc", "http/protobuf")
+COMPRESSIONS = ("gzip", "none")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        low = text.strip().lower()
+        if low not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return low
+
+    return parse
+
+
+def _parse_positive_int(text: str) -> int:
+    value = int(text.strip())
+    if value <= 0:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _parse_positive_float(text: str) -> float:
+    value = float(text.strip())
+    if not value > 0:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _parse_millis(text: str) -> float:
+    return _parse_positive_float(text) / 1000.0
+
+
+def _parse_nonempty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a non-empty value")
+    return text.strip()
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Parse the W3C-baggage-like ``k=v,k2=v2`` lists of ``OTEL_*_HEADERS`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` (values are URL-decoded)."""
+    result: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value, got {item.strip()!r}")
+        result[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
+    return result
+
+
+@dataclass(frozen=True)
+class _Setting:
+    name: str
+    env: tuple[str, ...]  # OTEL_RL_* first, then standard OTEL_* in precedence order
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    #: Validates/normalises an explicit argument; raises ValueError.
+    check: Callable[[Any], Any] | None = None
+
+
+def _check_choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value.lower()
+
+    return check
+
+
+def _check_positive(kind: type) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"expected a positive number, got {value!r}")
+        return kind(value)
+
+    return check
+
+
+def _check_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected True or False, got {value!r}")
+    return value
+
+
+def _check_str(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _check_optional_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _check_str(value)
+
+
+def _check_mapping(value: Any) -> dict[str, str]:
+    if isinstance(value, str):
+        return parse_key_values(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of strings, got {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _check_path(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"expected a path, got {value!r}")
+    return os.fspath(value)
+
+
+def _check_compression(value: Any) -> str:
+    if value is None:
+        return "none"
+    return _check_choice(COMPRESSIONS)(value)
+
+
+TABLE: tuple[_Setting, ...] = (
+    _Setting("service_name", ("OTEL_RL_SERVICE_NAME", "OTEL_SERVICE_NAME"), _parse_nonempty,
+             None, "service.name of every span (else from OTEL_RESOURCE_ATTRIBUTES, else "
+             "'unknown_service:python')", _check_str),
+    _Setting("endpoint", ("OTEL_RL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                          "OTEL_EXPORTER_OTLP_ENDPOINT"), _parse_nonempty, None,
+             "OTLP endpoint; unset means files only", _check_optional_str),
+    _Setting("protocol", ("OTEL_RL_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                          "OTEL_EXPORTER_OTLP_PROTOCOL"), _parse_choice(PROTOCOLS),
+             "http/protobuf", "grpc or http/protobuf", _check_choice(PROTOCOLS)),
+    _Setting("headers", ("OTEL_RL_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                         "OTEL_EXPORTER_OTLP_HEADERS"), parse_key_values, {},
+             "extra request headers, k=v,k2=v2", _check_mapping),
+    _Setting("compression", ("OTEL_RL_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+                             "OTEL_EXPORTER_OTLP_COMPRESSION"), _parse_choice(COMPRESSIONS),
+             "none", "gzip or none", _check_compression),
+    _Setting("timeout", ("OTEL_RL_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                         "OTEL_EXPORTER_OTLP_TIMEOUT"), _parse_millis, 10.0,
+             "seconds per export request (the OTEL_* variables are in milliseconds)",
+             _check_positive(float)),
+    _Setting("insecure", ("OTEL_RL_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+                          "OTEL_EXPORTER_OTLP_INSECURE"), _parse_bool, None,
+             "gRPC without TLS (default: from the endpoint's scheme)", None),
+    _Setting("certificate", ("OTEL_RL_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+                             "OTEL_EXPORTER_OTLP_CERTIFICATE"), _parse_nonempty, None,
+             "CA certificate file for TLS", _check_optional_str),
+    _Setting("client_key", ("OTEL_RL_CLIENT_KEY", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+                            "OTEL_EXPORTER_OTLP_CLIENT_KEY"), _parse_nonempty, None,
+             "client private key for mTLS", _check_optional_str),
+    _Setting("client_certificate", ("OTEL_RL_CLIENT_CERTIFICATE",
+                                    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+                                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"), _parse_nonempty,
+             None, "client certificate for mTLS", _check_optional_str),
+    _Setting("disabled", ("OTEL_RL_DISABLED", "OTEL_SDK_DISABLED"), _parse_bool, False,
+             "no spans and no export; timers still aggregate", _check_bool),
+    _Setting("resource_attributes", ("OTEL_RL_RESOURCE_ATTRIBUTES", "OTEL_RESOURCE_ATTRIBUTES"),
+             parse_key_values, {}, "extra resource attributes, k=v,k2=v2", _check_mapping),
+    _Setting("output_dir", ("OTEL_RL_OUTPUT_DIR",), _parse_nonempty, None,
+             "folder for timers.json and spans.otlp.jsonl (default when no endpoint: "
+             "./otel-rl-runs/<run id>)", _check_path),
+    _Setting("run_id", ("OTEL_RL_RUN_ID",), _parse_nonempty, None,
+             "identifies the run (default: time + random)", _check_str),
+    _Setting("spans", ("OTEL_RL_SPANS",), _parse_choice(SPAN_POLICIES), "auto",
+             "all | auto | off", _check_choice(SPAN_POLICIES)),
+    _Setting("span_budget", ("OTEL_RL_SPAN_BUDGET",), _parse_positive_int, 10_000,
+             "most spans in one trace under `auto`", _check_positive(int)),
+    _Setting("sample_every", ("OTEL_RL_SAMPLE_EVERY",), _parse_positive_int, 100,
+             "under `auto` past the budget: keep every Nth iteration (plus slow outliers)",
+             _check_positive(int)),
+    _Setting("max_buffer", ("OTEL_RL_MAX_BUFFER",), _parse_positive_int, 500_000,
+             "most span records held before new ones are dropped (counted)",
+             _check_positive(int)),
+    _Setting("flush_interval", ("OTEL_RL_FLUSH_INTERVAL", "OTEL_BSP_SCHEDULE_DELAY"),
+             _parse_positive_float, 2.0, "seconds between background flushes",
+             _check_positive(float)),
+    _Setting("batch_size", ("OTEL_RL_BATCH_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
+             _parse_positive_int, 2048, "spans per export request (keeps gRPC under 4 MiB)",
+             _check_positive(int)),
+    _Setting("shutdown_timeout", ("OTEL_RL_SHUTDOWN_TIMEOUT",), _parse_positive_float, 5.0,
+             "seconds shutdown may take, exporting included", _check_positive(float)),
+    _Setting("propagate", ("OTEL_RL_PROPAGATE",), _parse_bool, True,
+             "instrument multiprocessing, executors, subprocess and threads", _check_bool),
+    _Setting("inherit_context", ("OTEL_RL_INHERIT_CONTEXT",), _parse_bool, True,
+             "continue a trace handed down by a parent (TRACEPARENT)", _check_bool),
+    _Setting("worker_role", ("OTEL_RL_WORKER_ROLE",), _parse_nonempty, None,
+             "role of this process when it is a worker", _check_optional_str),
+    _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), int, None,
+             "index of this worker within its role", None),
+)
+
+_BY_NAME = {s.name: s for s in TABLE}
+
+
+@dataclass
+class Settings:
+    """Resolved settings. Build with `resolve`."""
+
+    service_name: str = "unknown_service:python"
+    endpoint: str | None = None
+    traces_endpoint_is_full: bool = False
+    protocol: str = "http/protobuf"
+    headers: dict[str, str] = field(default_factory=dict)
+    compression: str = "none"
+    timeout: float = 10.0
+    insecure: bool | None = None
+    certificate: str | None = None
+    client_key: str | None = None
+    client_certificate: str | None = None
+    disabled: bool = False
+    resource_attributes: dict[str, str] = field(default_factory=dict)
+    output_dir: str | None = None
+    run_id: str = ""
+    spans: str = "auto"
+    span_budget: int = 10_000
+    sample_every: int = 100
+    max_buffer: int = 500_000
+    flush_interval: float = 2.0
+    batch_size: int = 2048
+    shutdown_timeout: float = 5.0
+    propagate: bool = True
+    inherit_context: bool = True
+    worker_role: str | None = None
+    worker_index: int | None = None
+    exporters: tuple[Any, ...] = ()
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message)
+
+
+def _from_env(setting: _Setting, environ: Mapping[str, str]) -> tuple[Any, str | None]:
+    """The first well-formed environment value, and the variable it came from."""
+    for var in setting.env:
+        raw = environ.get(var)
+        if raw is None or raw == "":
+            continue
+        try:
+            return setting.parse(raw), var
+        except ValueError as exc:
+            _warn_once(var, f"otel_rl: ignoring {var}={raw!r}: {exc}")
+    return None, None
+
+
+def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve every setting: argument > OTEL_RL_* > OTEL_* > default."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    known = {f.name for f in fields(Settings)}
+    for name in arguments:
+        if name not in known or name == "traces_endpoint_is_full":
+            raise ValueError(f"unknown otel_rl setting {name!r}")
+    source_var: str | None = None
+    for setting in TABLE:
+        if setting.name in arguments and arguments[setting.name] is not None:
+            value = arguments[setting.name]
+            values[setting.name] = setting.check(value) if setting.check else value
+            continue
+        value, var = _from_env(setting, environ)
+        if var is not None:
+            values[setting.name] = value
+            if setting.name == "endpoint":
+                source_var = var
+        elif setting.default is not None:
+            values[setting.name] = setting.default
+    exporters = arguments.get("exporters") or ()
+    if not isinstance(exporters, (list, tuple)):
+        raise ValueError("exporters must be a list of SpanExporter objects")
+    for exporter in exporters:
+        if not callable(getattr(exporter, "export", None)):
+            raise ValueError(f"{exporter!r} is not a SpanExporter (no export method)")
+    settings = Settings(**values, exporters=tuple(exporters))
+    # The signal-specific variable is used as is; the generic one gets /v1/traces appended
+    # (OTLP exporter spec), which the HTTP transport does.
+    settings.traces_endpoint_is_full = source_var == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    if "service_name" not in values:
+        settings.service_name = settings.resource_attributes.get(
+            "service.name", "unknown_service:python"
+        )
+    if not settings.run_id:
+        settings.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    if settings.endpoint is not None and settings.endpoint.lower() in ("none", "off"):
+        settings.endpoint = None
+    return settings
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """(setting, environment variables, default, meaning) rows, for the README and --help."""
+    rows = []
+    for s in TABLE:
+        rows.append((s.name, " > ".join(s.env), "" if s.default is None else repr(s.default), s.doc))
+    return rows

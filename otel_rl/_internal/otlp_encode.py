@@ -1,0 +1,231 @@
+"""Span records -> OTLP, without SDK objects.
+
+`encode_request` writes the protobuf wire format of an ``ExportTraceServiceRequest`` directly
+(field numbers from opentelemetry-proto's trace.proto); `request_json` writes the same content as
+OTLP/JSON (hex ids, 64-bit integers as strings), the OpenTelemetry Collector file-exporter
+format. Both take `Batch`es: records that share a resource, a clock offset and thread names.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_rl._internal import semconv
+
+SCOPE_NAME = "otel_rl"
+SCOPE_VERSION = "0.1.0"
+KIND_INTERNAL = 1
+STATUS_ERROR = 2
+
+
+@dataclass
+class Batch:
+    """Records from one process: `resource` attributes, `offset_ns` turning record times
+    (perf_counter_ns) into Unix epoch ns, and thread names by thread id."""
+
+    resource: Mapping[str, Any]
+    offset_ns: int
+    records: Sequence[Sequence[Any]]
+    thread_names: Mapping[int, str] = field(default_factory=dict)
+
+
+# --- protobuf wire primitives -----------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_DOUBLE = struct.Struct("<d")
+_TIMES = struct.Struct("<BQBQ")  # start (field 7) and end (field 8), both fixed64
+
+
+def any_value(value: Any) -> bytes:
+    """An OTLP ``AnyValue`` message."""
+    if isinstance(value, bool):
+        return b"\x10" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        return b"\x18" + _varint(value)
+    if isinstance(value, float):
+        return b"\x21" + _DOUBLE.pack(value)
+    if isinstance(value, (list, tuple)):
+        items = b"".join(_len_field(1, any_value(v)) for v in value)
+        return _len_field(5, items)
+    return _len_field(1, str(value).encode("utf-8", "replace"))
+
+
+def key_value(key: str, value: Any) -> bytes:
+    return _len_field(1, key.encode("utf-8", "replace")) + _len_field(2, any_value(value))
+
+
+def _attributes(number: int, attrs: Mapping[str, Any]) -> bytes:
+    return b"".join(_len_field(number, key_value(k, v)) for k, v in attrs.items())
+
+
+def _scope() -> bytes:
+    return _len_field(1, _len_field(1, SCOPE_NAME.encode()) + _len_field(2, SCOPE_VERSION.encode()))
+
+
+_SCOPE = _scope()
+
+
+class _Encoder:
+    """Caches the bytes that repeat: span names and per-thread attributes."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, bytes] = {}
+        self.threads: dict[tuple[int, str], bytes] = {}
+
+    def name(self, name: str) -> bytes:
+        cached = self.names.get(name)
+        if cached is None:
+            cached = self.names[name] = _len_field(5, name.encode("utf-8", "replace")) + b"\x30\x01"
+        return cached
+
+    def thread(self, tid: int, tname: str) -> bytes:
+        key = (tid, tname)
+        cached = self.threads.get(key)
+        if cached is None:
+            attrs = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}
+            cached = self.threads[key] = _attributes(9, attrs)
+        return cached
+
+    def span(self, record: Sequence[Any], offset: int, thread_names: Mapping[int, str]) -> bytes:
+        sid, psid, name, start, end, tid, trace_id, extra = record
+        parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", sid.to_bytes(8, "big")]
+        if psid:
+            parts += (b"\x22\x08", psid.to_bytes(8, "big"))
+        parts.append(self.name(name))
+        parts.append(_TIMES.pack(0x39, start + offset, 0x41, end + offset))
+        parts.append(self.thread(tid, thread_names.get(tid, "")))
+        if extra:
+            parts.append(_extra(extra, end + offset))
+        body = b"".join(parts)
+        return b"\x12" + _varint(len(body)) + body  # ScopeSpans.spans (field 2)
+
+
+def _extra(extra: Mapping[str, Any], end_ns: int) -> bytes:
+    parts = []
+    attrs = dict(extra.get("attrs") or {})
+    if extra.get("sampled"):
+        attrs[semconv.SAMPLED] = extra["sampled"]
+    if attrs:
+        parts.append(_attributes(9, attrs))
+    error = extra.get("error")
+    if error:
+        etype, message, stack = error
+        event = (b"\x09" + struct.pack("<Q", end_ns) + _len_field(2, b"exception")
+                 + _attributes(3, {"exception.type": etype, "exception.message": message,
+                                   "exception.stacktrace": stack}))
+        parts.append(_len_field(11, event))
+    link = extra.get("link")
+    if link:
+        trace_id, span_id = link
+        parts.append(_len_field(13, b"\x0a\x10" + int(trace_id).to_bytes(16, "big")
+                                + b"\x12\x08" + int(span_id).to_bytes(8, "big")))
+    if error:
+        message = error[1][:1024]
+        parts.append(_len_field(15, _len_field(2, message.encode("utf-8", "replace")) + b"\x18\x02"))
+    return b"".join(parts)
+
+
+def resource_bytes(resource: Mapping[str, Any]) -> bytes:
+    """The ``Resource`` message (field 1 of ResourceSpans) for these attributes."""
+    return _len_field(1, _attributes(1, resource))
+
+
+def encode_request(batches: Iterable[Batch], encoder: _Encoder | None = None) -> bytes:
+    """Serialise batches as one ``ExportTraceServiceRequest``."""
+    enc = encoder or _Encoder()
+    out = []
+    for batch in batches:
+        if not batch.records:
+            continue
+        offset, names = batch.offset_ns, batch.thread_names
+        spans = b"".join([enc.span(r, offset, names) for r in batch.records])
+        scope_spans = _len_field(2, _SCOPE + spans)
+        out.append(_len_field(1, resource_bytes(batch.resource) + scope_spans))
+    return b"".join(out)
+
+
+Encoder = _Encoder
+
+
+# --- OTLP/JSON ---------------------------------------------------------------------------------
+
+def json_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [json_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def json_attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": json_value(v)} for k, v in attrs.items()]
+
+
+def _json_span(record: Sequence[Any], offset: int, thread_names: Mapping[int, str]) -> dict[str, Any]:
+    sid, psid, name, start, end, tid, trace_id, extra = record
+    attrs: dict[str, Any] = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: thread_names.get(tid, "")}
+    span: dict[str, Any] = {
+        "traceId": f"{trace_id:032x}",
+        "spanId": f"{sid:016x}",
+        "parentSpanId": f"{psid:016x}" if psid else "",
+        "name": name,
+        "kind": KIND_INTERNAL,
+        "startTimeUnixNano": str(start + offset),
+        "endTimeUnixNano": str(end + offset),
+    }
+    extra = extra or {}
+    attrs.update(extra.get("attrs") or {})
+    if extra.get("sampled"):
+        attrs[semconv.SAMPLED] = extra["sampled"]
+    span["attributes"] = json_attributes(attrs)
+    error = extra.get("error")
+    if error:
+        etype, message, stack = error
+        span["events"] = [{
+            "timeUnixNano": str(end + offset), "name": "exception",
+            "attributes": json_attributes({"exception.type": etype, "exception.message": message,
+                                           "exception.stacktrace": stack}),
+        }]
+        span["status"] = {"code": STATUS_ERROR, "message": message[:1024]}
+    else:
+        span["status"] = {}
+    link = extra.get("link")
+    if link:
+        span["links"] = [{"traceId": f"{int(link[0]):032x}", "spanId": f"{int(link[1]):016x}"}]
+    return span
+
+
+def request_json(batches: Iterable[Batch]) -> dict[str, Any]:
+    """The same content as `encode_request`, as an OTLP/JSON object."""
+    resource_spans = []
+    for batch in batches:
+        if not batch.records:
+            continue
+        spans = [_json_span(r, batch.offset_ns, batch.thread_names) for r in batch.records]
+        resource_spans.append({
+            "resource": {"attributes": json_attributes(batch.resource)},
+            "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": SCOPE_VERSION},
+                            "spans": spans}],
+        })
+    return {"resourceSpans": resource_spans}

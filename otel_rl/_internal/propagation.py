@@ -1,0 +1,402 @@
+"""Carry the current block's context into threads, executors, processes and subprocesses.
+
+A *carrier* is a plain dict of strings (picklable, JSON-able): W3C ``traceparent`` /
+``tracestate`` plus ``otel_rl`` (JSON: the block's tree path, its process and thread, the
+parent's relay address, the run's clock offset and id, a share of the trace's span budget).
+In the environment it is ``TRACEPARENT``, ``TRACESTATE`` and ``OTEL_RL_CONTEXT``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing.pool
+import multiprocessing.process
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from otel_rl._internal import recorder, runtime
+from otel_rl._internal.config import resolve
+from otel_rl._internal.recorder import Base, TimerStack
+
+ENV_TRACEPARENT = "TRACEPARENT"
+ENV_TRACESTATE = "TRACESTATE"
+ENV_CONTEXT = "OTEL_RL_CONTEXT"
+
+_flags = threading.local()
+#: Settings a worker needs when it has no parent relay and exports on its own. Headers are
+#: left out on purpose: carriers can end up in a child's environment.
+_CARRIED_SETTINGS = ("service_name", "endpoint", "protocol", "compression", "timeout",
+                     "insecure", "certificate", "spans", "span_budget", "sample_every",
+                     "max_buffer", "flush_interval", "batch_size", "shutdown_timeout",
+                     "propagate", "output_dir", "resource_attributes")
+
+
+def _active() -> runtime.Runtime | None:
+    rt = runtime.current()
+    if rt is None or rt.closed or rt.pid != os.getpid():
+        return None
+    return rt
+
+
+def _current_base(rt: runtime.Runtime) -> tuple[TimerStack, Base, tuple[str, ...]]:
+    st = recorder.thread_stack()
+    base = st.base or rt.base
+    assert base is not None
+    path = tuple(base.path) + tuple(node.name for node in st.stack[1:])
+    return st, base, path
+
+
+def make_carrier(*, for_process: bool, role: str | None = None,
+                 index: int | None = None) -> dict[str, str]:
+    """The current block's context as a carrier (empty when otel_rl is not configured)."""
+    rt = _active()
+    if rt is None:
+        return {}
+    st, base, path = _current_base(rt)
+    trace = st.trace or base.trace or rt.trace
+    span_id = st.span or base.span_id or rt.run_span_id
+    sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
+    share = None
+    if for_process and trace is not None:
+        # Hand the child part of what is left of this trace's budget, so that all processes
+        # together never put more than the budget into one trace.
+        share = min(rt.budget // 8, max(0, (trace.budget - trace.n) // 4))
+        trace.budget -= share
+    data: dict[str, Any] = {
+        "path": list(path), "pid": rt.pid, "tid": st.tid, "offset": rt.offset_ns,
+        "run_id": rt.run_id, "budget": share, "role": role, "index": index,
+    }
+    if for_process:
+        data["relay"] = rt.ensure_relay()
+        data["settings"] = {k: getattr(rt.settings, k) for k in _CARRIED_SETTINGS}
+    return {"traceparent": f"00-{trace.trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}",
+            "tracestate": "", "otel_rl": json.dumps(data, separators=(",", ":"))}
+
+
+def get_context() -> dict[str, str]:
+    """A picklable carrier of the current block's context, for any transport.
+
+    >>> carrier = otel_rl.get_context()          # in the parent, inside a block
+    >>> with otel_rl.attach_context(carrier):     # in the worker
+    ...     work()
+    """
+    return make_carrier(for_process=True)
+
+
+class attach_context:  # noqa: N801 - used like a function
+    """Run the ``with`` body as if inside the block `carrier` came from; restores on exit.
+
+    Blocks inside become children of that block's span and are counted under its path in
+    the whole-run tree (parallel when in another thread or process).
+    """
+
+    __slots__ = ("_base", "_carrier", "_previous", "_swapped")
+
+    def __init__(self, carrier: Mapping[str, str] | None) -> None:
+        self._carrier = carrier
+        self._base: Base | None = None
+        self._swapped = False
+        self._previous: TimerStack | None = None
+
+    def __enter__(self) -> attach_context:
+        rt = _active()
+        if rt is None or not self._carrier:
+            return self
+        base = self._base
+        if base is None:
+            ctx = runtime.parse_carrier(dict(self._carrier))
+            if ctx is None:
+                return self
+            trace = rt.trace if ctx.trace_id == rt.trace.trace_id else rt.remote_trace(ctx)
+            base = Base(trace, ctx.span_id, ctx.path, ctx.pid or rt.pid, ctx.tid)
+        stack = _task_stack(rt, base)
+        self._previous = recorder.set_active_stack(stack)
+        self._swapped = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._swapped:
+            self._swapped = False
+            recorder.set_active_stack(self._previous)
+
+
+def _task_stack(rt: runtime.Runtime, base: Base) -> TimerStack:
+    """One stack per (thread, place in the tree): tasks from the same block share it."""
+    cache: dict[tuple[Any, ...], TimerStack] | None = getattr(_flags, "task_stacks", None)
+    if cache is None:
+        cache = _flags.task_stacks = {}
+    key = (base.path, base.pid, base.tid)
+    stack = cache.get(key)
+    if stack is None or len(stack.stack) > 1:
+        stack = TimerStack()
+        if len(cache) < 4096:
+            cache[key] = stack
+    stack.base = base
+    rt.adopt(stack)
+    return stack
+
+
+class _Task:
+    """A callable that runs `fn` inside the context it was submitted from (picklable)."""
+
+    __slots__ = ("carrier", "fn")
+
+    def __init__(self, fn: Callable[..., Any], carrier: Any) -> None:
+        self.fn = fn
+        self.carrier = carrier
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self.carrier, Base):
+            ctx = attach_context({"traceparent": "x"})
+            ctx._base = self.carrier
+        else:
+            ctx = attach_context(self.carrier)
+        with ctx:
+            return self.fn(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if isinstance(self.carrier, Base):  # in-process only; a copy elsewhere runs plain
+            return (_Task, (self.fn, None))
+        return (_Task, (self.fn, self.carrier))
+
+
+def _in_process_task(fn: Callable[..., Any]) -> Callable[..., Any]:
+    rt = _active()
+    if rt is None:
+        return fn
+    st, base, path = _current_base(rt)
+    return _Task(fn, Base(st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid))
+
+
+def _remote_task(fn: Callable[..., Any]) -> Callable[..., Any]:
+    if _active() is None:
+        return fn
+    return _Task(fn, make_carrier(for_process=True))
+
+
+# --- worker processes --------------------------------------------------------------------------
+
+class _Carrier(dict[str, str]):
+    """A carrier stored on a `multiprocessing` Process; unpickling it in a spawn/forkserver
+    child imports otel_rl, which installs the bootstrap hook before the child runs."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_carrier, (dict(self),))
+
+
+def _restore_carrier(data: dict[str, str]) -> _Carrier:
+    install()
+    return _Carrier(data)
+
+
+def start_worker(carrier: Mapping[str, str], *, settings_override: dict[str, Any] | None = None) -> None:
+    """Make this process a worker continuing `carrier` (replacing an inherited runtime)."""
+    ctx = runtime.parse_carrier(dict(carrier))
+    if ctx is None:
+        return
+    arguments: dict[str, Any] = {}
+    try:
+        data = json.loads(carrier.get("otel_rl") or "{}")
+        arguments = {k: v for k, v in (data.get("settings") or {}).items()
+                     if k in _CARRIED_SETTINGS and v is not None}
+    except ValueError:
+        pass
+    arguments.update(settings_override or {})
+    try:
+        settings = resolve(arguments)
+    except ValueError:
+        settings = resolve({})
+    with runtime._lock:
+        runtime._rt = None  # an inherited (forked) runtime belongs to the parent: drop it
+        runtime.start(settings, ctx, auto=True)
+
+
+def _role_of(process: multiprocessing.process.BaseProcess) -> str:
+    target = getattr(process, "_target", None)
+    name = getattr(target, "__qualname__", None) or type(process).__name__
+    return str(name).strip("_") or "worker"
+
+
+_original: dict[str, Any] = {}
+
+
+def _patched_process_start(self: multiprocessing.process.BaseProcess) -> None:
+    rt = _active()
+    if rt is not None and "_otel_rl_carrier" not in self.__dict__:
+        try:
+            role = _role_of(self)
+            index = rt.role_counters.get(role, 0)
+            rt.role_counters[role] = index + 1
+            self._otel_rl_carrier = _Carrier(  # type: ignore[attr-defined]
+                make_carrier(for_process=True, role=role, index=index))
+        except Exception as exc:  # never stop a worker from starting
+            rt.stats.warn_once("carrier", f"cannot pass context to a worker: {exc!r}")
+    _flags.in_start = True
+    try:
+        _original["start"](self)
+    finally:
+        _flags.in_start = False
+
+
+def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **kwargs: Any) -> Any:
+    carrier = self.__dict__.get("_otel_rl_carrier")
+    if carrier is None:
+        return _original["bootstrap"](self, *args, **kwargs)
+    try:
+        start_worker(carrier)
+    except Exception:
+        pass
+    try:
+        return _original["bootstrap"](self, *args, **kwargs)
+    finally:
+        # multiprocessing children leave with os._exit, skipping atexit: flush here.
+        runtime.shutdown()
+
+
+def _patched_pool_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    return _original["ppe_submit"](self, _remote_task(fn), *args, **kwargs)
+
+
+def _patched_thread_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    return _original["tpe_submit"](self, _in_process_task(fn), *args, **kwargs)
+
+
+def _pool_wrapper(name: str) -> Callable[..., Any]:
+    def method(self: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, multiprocessing.pool.ThreadPool):
+            func = _in_process_task(func)
+        else:
+            func = _remote_task(func)
+        return _original[name](self, func, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _patched_thread_start(self: threading.Thread) -> None:
+    rt = _active()
+    if rt is not None and not self.name.startswith("otel_rl-"):
+        st = getattr(recorder._local, "stack", None)
+        if st is not None and (len(st.stack) > 1 or st.base is not rt.base):
+            _, base, path = _current_base(rt)
+            self._otel_rl_base = Base(  # type: ignore[attr-defined]
+                st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid)
+    _original["thread_start"](self)
+
+
+_ENV_INDEX = 10  # position of `env` among Popen's positional parameters after `args`
+
+
+def _patched_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    rt = _active()
+    if rt is not None:
+        try:
+            positional = len(rest) >= _ENV_INDEX
+            env = rest[_ENV_INDEX - 1] if positional else kwargs.get("env")
+            injected = inject_env(env)
+            if injected is not None:
+                if positional:
+                    rest = (*rest[:_ENV_INDEX - 1], injected, *rest[_ENV_INDEX:])
+                else:
+                    kwargs["env"] = injected
+        except Exception as exc:
+            rt.stats.warn_once("popen", f"cannot pass context to a subprocess: {exc!r}")
+    _original["popen_init"](self, args, *rest, **kwargs)
+
+
+def inject_env(env: Mapping[Any, Any] | None = None) -> dict[Any, Any] | None:
+    """A copy of `env` (default: os.environ) with the current context added; the caller's
+    mapping and os.environ are left as they are. None if `env` has bytes keys."""
+    base: Mapping[Any, Any] = os.environ if env is None else env
+    if any(isinstance(k, bytes) for k in base):
+        return None
+    result = dict(base)
+    carrier = make_carrier(for_process=True, role="subprocess")
+    if carrier:
+        result[ENV_TRACEPARENT] = carrier["traceparent"]
+        if carrier.get("tracestate"):
+            result[ENV_TRACESTATE] = carrier["tracestate"]
+        result[ENV_CONTEXT] = carrier["otel_rl"]
+    return result
+
+
+def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The carrier a parent put into this process's environment ({} if none)."""
+    environ = os.environ if environ is None else environ
+    carrier = {"traceparent": environ.get(ENV_TRACEPARENT, ""),
+               "tracestate": environ.get(ENV_TRACESTATE, ""),
+               "otel_rl": environ.get(ENV_CONTEXT, "")}
+    return carrier if carrier["traceparent"] else {}
+
+
+# --- fork ----------------------------------------------------------------------------------------
+
+def _before_fork() -> None:
+    _flags.fork_carrier = None
+    if getattr(_flags, "in_start", False) or _active() is None:
+        return
+    try:
+        rt = _active()
+        assert rt is not None
+        index = rt.role_counters.get("fork", 0)
+        rt.role_counters["fork"] = index + 1
+        _flags.fork_carrier = make_carrier(for_process=True, role="fork", index=index)
+    except Exception:
+        _flags.fork_carrier = None
+
+
+def _after_fork_in_child() -> None:
+    rt = runtime.current()
+    if rt is None or rt.closed:
+        return
+    # Nothing made before the fork is reused: the parent's records, threads, sockets and
+    # locks stay the parent's. The child starts clean, as a worker of the parent.
+    recorder.reset_after_fork()
+    recorder.buffer_cap = 0
+    recorder.policy = None
+    recorder.on_new_stack = None
+    runtime._lock = threading.RLock()
+    runtime._rt = None
+    _flags.task_stacks = {}
+    carrier = getattr(_flags, "fork_carrier", None)
+    if getattr(_flags, "in_start", False) or not carrier:
+        return  # multiprocessing's bootstrap configures the worker with its own carrier
+    try:
+        start_worker(carrier)
+    except Exception:
+        pass
+
+
+# --- install --------------------------------------------------------------------------------------
+
+_install_lock = threading.Lock()
+
+
+def install() -> None:
+    """Patch the standard library once; every patch does nothing while otel_rl is off."""
+    with _install_lock:
+        if _original:
+            return
+        bp = multiprocessing.process.BaseProcess
+        _original["start"] = bp.start
+        _original["bootstrap"] = bp._bootstrap  # type: ignore[attr-defined]
+        bp.start = _patched_process_start  # type: ignore[method-assign]
+        bp._bootstrap = _patched_bootstrap  # type: ignore[attr-defined]
+        _original["ppe_submit"] = concurrent.futures.ProcessPoolExecutor.submit
+        concurrent.futures.ProcessPoolExecutor.submit = _patched_pool_submit  # type: ignore[method-assign]
+        _original["tpe_submit"] = concurrent.futures.ThreadPoolExecutor.submit
+        concurrent.futures.ThreadPoolExecutor.submit = _patched_thread_submit  # type: ignore[method-assign]
+        for name in ("apply_async", "_map_async", "imap", "imap_unordered"):
+            _original[name] = getattr(multiprocessing.pool.Pool, name)
+            setattr(multiprocessing.pool.Pool, name, _pool_wrapper(name))
+        _original["thread_start"] = threading.Thread.start
+        threading.Thread.start = _patched_thread_start  # type: ignore[method-assign]
+        _original["popen_init"] = subprocess.Popen.__init__
+        subprocess.Popen.__init__ = _patched_popen_init  # type: ignore[assignment]
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

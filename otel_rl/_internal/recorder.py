@@ -1,0 +1,567 @@
+"""The hot path: per-thread timer stacks, exact aggregates and compact span records.
+
+A timed block costs a push/pop on its thread's stack, an aggregate update on its tree node and,
+when spans are on and the policy keeps it, one tuple appended to a bounded buffer. No OTel SDK
+object is made here; records become OTLP in bulk on a background thread (`pipeline`).
+
+Span records are tuples ``(span_id, parent_span_id, name, start_ns, end_ns, thread_id,
+trace_id, extra)`` with `perf_counter_ns` times; `extra` is None or a dict with any of
+``error`` (type, message, stacktrace), ``link`` (trace_id, span_id), ``sampled`` (str),
+``attrs`` (dict).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from time import perf_counter_ns
+from types import TracebackType
+from typing import Any
+
+TIMER_FORMAT_VERSION = "0.1.0"
+
+Record = tuple[int, int, str, int, int, int, int, Any]
+
+
+class TimerNode:
+    """The time spent in one block of code (keyed by name in its parent's `children`)."""
+
+    __slots__ = ("children", "count", "is_parallel", "merged_count", "merged_total", "name", "total")
+
+    def __init__(self, name: str = "") -> None:
+        self.children: dict[str, TimerNode] = {}
+        self.total: float = 0.0
+        self.count: int = 0
+        self.is_parallel = False
+        self.name = name
+        # What `merge` brought in from other trees (ML-Agents' own worker/thread merging).
+        # The whole-run tree leaves it out: otel_rl gathers those trees itself.
+        self.merged_total = 0.0
+        self.merged_count = 0
+
+    def get_child(self, name: str) -> TimerNode:
+        """The child node for `name`, created if it does not exist yet."""
+        child = self.children.get(name)
+        if child is None:
+            child = self.children[name] = TimerNode(name)
+        return child
+
+    def add_time(self, elapsed: float) -> None:
+        """Accumulate `elapsed` seconds and count one run."""
+        self.total += elapsed
+        self.count += 1
+
+    def merge(self, other: Any, root_name: str | None = None, is_parallel: bool = True) -> None:
+        """Add `other` (and its children, recursively) into this node, ML-Agents style."""
+        node = self.get_child(root_name) if root_name else self
+        node.total += other.total
+        node.count += other.count
+        node.merged_total += other.total
+        node.merged_count += other.count
+        node.is_parallel |= is_parallel
+        for child_name, child in other.children.items():
+            node.get_child(child_name).merge(child, is_parallel=is_parallel)
+
+
+class GaugeNode:
+    """The latest value of a metric, with its min, max and update count (a statsd gauge)."""
+
+    __slots__ = ("_timestamp", "count", "max_value", "min_value", "value")
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+        self.min_value = value
+        self.max_value = value
+        self.count = 1
+        self._timestamp = time.time()
+
+    def update(self, new_value: float) -> None:
+        self.min_value = min(self.min_value, new_value)
+        self.max_value = max(self.max_value, new_value)
+        self.value = new_value
+        self.count += 1
+        self._timestamp = time.time()
+
+    def merge(self, other: GaugeNode) -> None:
+        if self._timestamp < other._timestamp:
+            self.value = other.value
+            self._timestamp = other._timestamp
+        self.min_value = min(self.min_value, other.min_value)
+        self.max_value = max(self.max_value, other.max_value)
+        self.count += other.count
+
+    def as_dict(self) -> dict[str, float]:
+        return {"value": self.value, "min": self.min_value, "max": self.max_value,
+                "count": self.count}
+
+
+class Base:
+    """Where a stack's top-level blocks sit in the run: the block (span and tree path) and the
+    thread that started them. Top-level blocks are parallel branches when that thread differs."""
+
+    __slots__ = ("path", "pid", "span_id", "tid", "trace")
+
+    def __init__(self, trace: Trace | None, span_id: int, path: tuple[str, ...], pid: int,
+                 tid: int) -> None:
+        self.trace = trace
+        self.span_id = span_id
+        self.path = path
+        self.pid = pid
+        self.tid = tid
+
+
+class Trace:
+    """One trace this process adds spans to: its id, how many spans it has reserved, and
+    where its records go (the export buffer, or a pending list while an iteration's fate
+    under the `auto` policy is open)."""
+
+    __slots__ = ("budget", "link", "n", "sampled", "sink", "trace_id")
+
+    def __init__(self, trace_id: int, budget: int, sink: Any, link: tuple[int, int] | None = None,
+                 sampled: str | None = None) -> None:
+        self.trace_id = trace_id
+        self.budget = budget
+        self.n = 0
+        self.sink = sink
+        self.link = link
+        self.sampled = sampled
+
+
+class TimerStack:
+    """All the time spent in one thread (or an explicitly passed stack)."""
+
+    __slots__ = ("base", "dropped", "gauges", "merged_gauge_counts", "metadata", "pid",
+                 "retired", "retired_gauges", "root", "run_start", "span", "stack",
+                 "start_time", "tid", "tname", "trace")
+
+    def __init__(self) -> None:
+        self.root = TimerNode("root")
+        self.stack = [self.root]
+        self.start_time = time.perf_counter()
+        self.gauges: dict[str, GaugeNode] = {}
+        self.metadata: dict[str, str] = {}
+        self._add_default_metadata()
+        # otel_rl's own state; never reset by `reset()`.
+        self.run_start = perf_counter_ns()
+        self.retired = TimerNode("root")
+        self.retired_gauges: dict[str, GaugeNode] = {}
+        self.merged_gauge_counts: dict[str, int] = {}
+        self.dropped = 0
+        current = threading.current_thread()
+        self.tid = current.ident or 0
+        self.tname = current.name
+        self.pid = os.getpid()
+        self.base: Base | None = None
+        self.trace: Trace | None = None
+        self.span = 0
+        _register_stack(self)
+
+    def reset(self) -> None:
+        """Start over (ML-Agents semantics). The whole-run tree keeps what was recorded."""
+        _retire(self)
+        self.root = TimerNode("root")
+        self.stack = [self.root]
+        self.start_time = time.perf_counter()
+        self.gauges = {}
+        self.metadata = {}
+        self.merged_gauge_counts = {}
+        self._add_default_metadata()
+
+    def push(self, name: str) -> TimerNode:
+        """Enter a block by hand; prefer `hierarchical_timer`, which pairs push and pop."""
+        next_node = self.stack[-1].get_child(name)
+        self.stack.append(next_node)
+        return next_node
+
+    def pop(self) -> None:
+        self.stack.pop()
+
+    def get_root(self) -> TimerNode:
+        """The root node, its total updated to the time since the stack started."""
+        root = self.root
+        root.total = time.perf_counter() - self.start_time
+        root.count = 1
+        return root
+
+    def get_timing_tree(self, node: TimerNode | None = None) -> dict[str, Any]:
+        """The tree of timings as a dict (ML-Agents' timers.json schema)."""
+        res: dict[str, Any] = {}
+        if node is None:
+            node = self.get_root()
+            res["name"] = "root"
+            if self.gauges:
+                res["gauges"] = self._get_gauges()
+            if self.metadata:
+                self.metadata["end_time_seconds"] = str(int(time.time()))
+                res["metadata"] = self.metadata
+        res["total"] = node.total
+        res["count"] = node.count
+        if node.is_parallel:
+            res["is_parallel"] = True
+        child_total = 0.0
+        child_dict = {}
+        for child_name, child_node in node.children.items():
+            child_res = self.get_timing_tree(child_node)
+            child_dict[child_name] = child_res
+            child_total += child_res["total"]
+        res["self"] = max(0.0, node.total - child_total)
+        if child_dict:
+            res["children"] = child_dict
+        return res
+
+    def set_gauge(self, name: str, value: float) -> None:
+        if math.isnan(value):
+            return
+        gauge = self.gauges.get(name)
+        if gauge:
+            gauge.update(value)
+        else:
+            self.gauges[name] = GaugeNode(value)
+
+    def add_metadata(self, key: str, value: str) -> None:
+        self.metadata[key] = value
+
+    def _get_gauges(self) -> dict[str, dict[str, float]]:
+        return {name: gauge.as_dict() for name, gauge in self.gauges.items()}
+
+    def _add_default_metadata(self) -> None:
+        self.metadata["timer_format_version"] = TIMER_FORMAT_VERSION
+        self.metadata["start_time_seconds"] = str(int(time.time()))
+        self.metadata["python_version"] = sys.version
+        self.metadata["command_line_arguments"] = " ".join(sys.argv)
+
+
+# --- Registries -----------------------------------------------------------------------------
+# ML-Agents keeps one stack per thread in a dict keyed by thread ident; the same dict is kept
+# (get_timer_stack_for_thread reads it) and a thread-local gives the hot path a faster lookup.
+_thread_timer_stacks: dict[int, TimerStack] = {}
+_local = threading.local()
+_all_stacks: list[TimerStack] = []
+_registry_lock = threading.Lock()
+
+#: Set by the runtime while spans are on: called with each new stack to attach it to the run.
+on_new_stack: Callable[[TimerStack], None] | None = None
+#: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
+buffer_cap = 0
+_ids = itertools.count(random.getrandbits(62) | 1)
+
+
+def _register_stack(stack: TimerStack) -> None:
+    with _registry_lock:
+        _all_stacks.append(stack)
+    hook = on_new_stack
+    if hook is not None:
+        hook(stack)
+
+
+def all_stacks() -> list[TimerStack]:
+    with _registry_lock:
+        return list(_all_stacks)
+
+
+def thread_stack() -> TimerStack:
+    """The current thread's active stack (made on first use, as ML-Agents does)."""
+    try:
+        return _local.stack  # type: ignore[no-any-return]
+    except AttributeError:
+        pass
+    ident = threading.get_ident()
+    stack = _thread_timer_stacks.get(ident)
+    if stack is None:
+        stack = _thread_timer_stacks[ident] = TimerStack()
+    _local.stack = stack
+    return stack
+
+
+def set_active_stack(stack: TimerStack | None) -> TimerStack | None:
+    """Make `stack` the current thread's active stack (None: its own); returns the previous."""
+    previous = getattr(_local, "stack", None)
+    if stack is None:
+        try:
+            del _local.stack
+        except AttributeError:
+            pass
+    else:
+        _local.stack = stack
+    return previous
+
+
+def new_span_id() -> int:
+    return next(_ids) & 0xFFFFFFFFFFFFFFFF or next(_ids)
+
+
+def new_trace_id() -> int:
+    return random.getrandbits(128) or 1
+
+
+def reseed_ids() -> None:
+    """After a fork: a fresh id sequence so parent and child never collide."""
+    global _ids
+    random.seed()
+    _ids = itertools.count(random.getrandbits(62) | 1)
+
+
+def reset_after_fork() -> TimerStack:
+    """In a forked child: only the forking thread survives; give it a fresh stack so the
+    child's whole-run contribution holds only what the child itself records."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _all_stacks.clear()
+    _thread_timer_stacks.clear()
+    for attr in ("stack",):
+        if hasattr(_local, attr):
+            delattr(_local, attr)
+    reseed_ids()
+    return thread_stack()
+
+
+# --- Iterations under the `auto` policy -----------------------------------------------------
+
+class IterationPolicy:
+    """Decides, once a trace is full, which iterations get their own exported trace: one in
+    every `sample_every` per name, plus slow outliers (judged when the iteration ends)."""
+
+    __slots__ = ("budget", "buffer", "counts", "sample_every", "stats")
+
+    def __init__(self, budget: int, sample_every: int, buffer: deque[Record]) -> None:
+        self.budget = budget
+        self.sample_every = sample_every
+        self.buffer = buffer
+        self.counts: dict[str, int] = {}
+        self.stats: dict[str, list[float]] = {}  # name -> [n, mean, m2] (Welford)
+
+    def begin(self, name: str, link: tuple[int, int]) -> Trace:
+        k = self.counts.get(name, 0)
+        self.counts[name] = k + 1
+        if k % self.sample_every == 0:
+            return Trace(new_trace_id(), self.budget, self.buffer, link, "schedule")
+        return Trace(new_trace_id(), self.budget, [], link, None)
+
+    def end(self, trace: Trace, name: str, duration_ns: int) -> str | None:
+        """How the finished iteration is kept: "schedule", "outlier" or None (dropped)."""
+        stats = self.stats.get(name)
+        if stats is None:
+            stats = self.stats[name] = [0.0, 0.0, 0.0]
+        n, mean, m2 = stats
+        verdict = trace.sampled
+        if verdict is None and n >= 20:
+            std = math.sqrt(m2 / (n - 1))
+            if duration_ns > mean + 3.0 * std and duration_ns > 1.5 * mean:
+                verdict = "outlier"
+        n += 1
+        delta = duration_ns - mean
+        mean += delta / n
+        stats[0], stats[1], stats[2] = n, mean, m2 + delta * (duration_ns - mean)
+        return verdict
+
+
+policy: IterationPolicy | None = None
+
+
+def _begin_iteration(st: TimerStack, full: Trace, name: str) -> Trace | None:
+    it = policy
+    if it is None or buffer_cap == 0:
+        st.trace = None
+        return None
+    trace = it.begin(name, (full.trace_id, st.span))
+    trace.n = 1
+    st.trace = trace
+    return trace
+
+
+def _end_iteration(trace: Trace, record: Record) -> None:
+    it = policy
+    if it is None:
+        return
+    sid, _parent, name, start, end, tid, trace_id, extra = record
+    verdict = it.end(trace, name, end - start)
+    if verdict is None:
+        return
+    extra = dict(extra) if extra else {}
+    extra["sampled"] = verdict
+    if trace.link is not None:
+        extra["link"] = trace.link
+    buffer = it.buffer
+    if trace.sink is not buffer:  # pending records of an outlier join the export buffer
+        room = buffer_cap - len(buffer)
+        buffer.extend(trace.sink[:room])
+        trace.sink = buffer
+    if len(buffer) < buffer_cap:
+        buffer.append((sid, 0, name, start, end, tid, trace_id, extra))
+
+
+def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
+                 tb: TracebackType | None) -> dict[str, Any]:
+    try:
+        stack = "".join(traceback.format_exception(exc_type, exc, tb))
+    except Exception:  # a broken __str__ must not break the training loop
+        stack = ""
+    try:
+        message = str(exc) if exc is not None else ""
+    except Exception:
+        message = "<unprintable>"
+    qualname = getattr(exc_type, "__qualname__", str(exc_type))
+    module = getattr(exc_type, "__module__", "builtins")
+    type_name = qualname if module == "builtins" else f"{module}.{qualname}"
+    return {"error": (type_name, message, stack)}
+
+
+# --- The timed block --------------------------------------------------------------------------
+
+class hierarchical_timer:  # noqa: N801 - the ML-Agents name
+    """Time a block of code; the block's `TimerNode` is the value of the ``with``.
+
+    >>> with hierarchical_timer("update"):
+    ...     pass
+
+    After `otel_rl.configure()` the block is also a span named like the timer.
+    """
+
+    __slots__ = ("_name", "_node", "_psid", "_ptr", "_sid", "_st", "_stack", "_start", "_tr")
+
+    def __init__(self, name: str, timer_stack: TimerStack | None = None) -> None:
+        self._name = name
+        self._stack = timer_stack
+
+    def __enter__(self) -> TimerNode:
+        st = self._stack
+        if st is None:
+            try:
+                st = _local.stack
+            except AttributeError:
+                st = thread_stack()
+        self._st = st
+        name = self._name
+        frames = st.stack
+        children = frames[-1].children
+        node = children.get(name)
+        if node is None:
+            node = children[name] = TimerNode(name)
+        frames.append(node)
+        self._node = node
+        tr = st.trace
+        if tr is not None:
+            self._ptr = tr
+            if tr.n < tr.budget:
+                tr.n += 1
+            else:
+                tr = _begin_iteration(st, tr, name)
+            self._tr = tr
+            if tr is not None:
+                self._psid = st.span
+                st.span = self._sid = next(_ids)
+        else:
+            self._tr = None
+        self._start = perf_counter_ns()
+        return node
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        end = perf_counter_ns()
+        start = self._start
+        node = self._node
+        node.total += (end - start) * 1e-9
+        node.count += 1
+        st = self._st
+        frames = st.stack
+        if len(frames) > 1:
+            frames.pop()
+        tr = self._tr
+        if tr is None:
+            return
+        psid = self._psid
+        st.span = psid
+        ptr = self._ptr
+        st.trace = ptr
+        record = (self._sid, psid, self._name, start, end, st.tid, tr.trace_id,
+                  None if exc_type is None else _error_extra(exc_type, exc, tb))
+        if tr is not ptr:
+            _end_iteration(tr, record)
+            return
+        sink = tr.sink
+        if len(sink) < buffer_cap:
+            sink.append(record)
+        else:
+            st.dropped += 1
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Use as a decorator too, like a `contextlib.contextmanager` object."""
+        name, stack = self._name, self._stack
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with hierarchical_timer(name, stack):
+                return func(*args, **kwargs)
+
+        wrapped.__wrapped__ = func  # type: ignore[attr-defined]
+        return wrapped
+
+
+# --- The whole-run view of this process -------------------------------------------------------
+
+def own_copy(node: TimerNode) -> TimerNode | None:
+    """A copy of `node` without what `merge` brought in; None when nothing is left."""
+    children = {}
+    for name, child in list(node.children.items()):
+        copy = own_copy(child)
+        if copy is not None:
+            children[name] = copy
+    count = node.count - node.merged_count
+    if count <= 0 and not children:
+        return None
+    result = TimerNode(node.name)
+    result.total = max(0.0, node.total - node.merged_total)
+    result.count = max(0, count)
+    result.children = children
+    return result
+
+
+def merge_into(target: TimerNode, source: TimerNode, parallel: bool) -> None:
+    """Add `source`'s children into `target`'s, flagging them parallel when asked."""
+    for name, child in source.children.items():
+        dest = target.get_child(name)
+        dest.total += child.total
+        dest.count += child.count
+        dest.is_parallel |= parallel
+        merge_into(dest, child, parallel)
+
+
+def _retire(stack: TimerStack) -> None:
+    own = own_copy(stack.root)
+    if own is not None:
+        merge_into(stack.retired, own, False)
+    for name, gauge in stack.gauges.items():
+        merged = stack.merged_gauge_counts.get(name, 0)
+        kept = stack.retired_gauges.get(name)
+        if kept is None:
+            kept = stack.retired_gauges[name] = GaugeNode(gauge.value)
+            kept.count = 0
+            kept.min_value, kept.max_value = gauge.min_value, gauge.max_value
+        kept.merge(gauge)
+        kept.count -= merged
+
+
+def stack_contribution(stack: TimerStack) -> TimerNode:
+    """Everything `stack` recorded (its own blocks, resets included) as one root node."""
+    result = TimerNode("root")
+    merge_into(result, stack.retired, False)
+    own = own_copy(stack.root)
+    if own is not None:
+        merge_into(result, own, False)
+    return result
+
+
+def reset_for_tests() -> None:
+    """Forget every stack (tests only; never while blocks are open)."""
+    with _registry_lock:
+        _all_stacks.clear()
+    _thread_timer_stacks.clear()
+    if hasattr(_local, "stack"):
+        del _local.stack

@@ -1,0 +1,211 @@
+"""Worker -> parent channel: span records and tree snapshots over a Unix socket.
+
+The socket lives in a fresh directory only its owner can enter (mode 0700), so only the run's
+own processes can connect. Frames are ``!IB`` (length, kind) + UTF-8 JSON; nothing read from
+the socket is ever unpickled. One server thread multiplexes every worker with `selectors`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from otel_rl._internal.otlp_encode import Batch
+
+logger = logging.getLogger("otel_rl")
+
+_HEADER = struct.Struct("!IB")
+KIND_BATCH = 1
+KIND_SNAPSHOT = 2
+MAX_FRAME = 256 * 1024 * 1024
+
+
+def _encode(kind: int, payload: Any) -> bytes:
+    body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    return _HEADER.pack(len(body), kind) + body
+
+
+class RelayServer:
+    """Receives frames from workers; `on_batch(Batch)` and `on_snapshot(dict)` run on its thread."""
+
+    def __init__(self, on_batch: Callable[[Batch], None],
+                 on_snapshot: Callable[[dict[str, Any]], None]) -> None:
+        self._on_batch = on_batch
+        self._on_snapshot = on_snapshot
+        self._dir = tempfile.mkdtemp(prefix="otel-rl-")
+        os.chmod(self._dir, 0o700)
+        self.address = os.path.join(self._dir, "relay.sock")
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(self.address)
+        os.chmod(self.address, 0o600)
+        self._sock.listen(128)
+        self._sock.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._sock, selectors.EVENT_READ, None)
+        self._buffers: dict[socket.socket, bytearray] = {}
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._owner_pid = os.getpid()
+        self._thread = threading.Thread(target=self._loop, name="otel_rl-relay", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._poll(1.0)
+
+    def _poll(self, timeout: float) -> bool:
+        """One round of the event loop; True if any worker data was read."""
+        got = False
+        for key, _mask in self._selector.select(timeout):
+            if key.data == "wake":
+                try:
+                    self._wake_r.recv(4096)
+                except OSError:
+                    pass
+            elif key.fileobj is self._sock:
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    continue
+                conn.setblocking(False)
+                self._buffers[conn] = bytearray()
+                self._selector.register(conn, selectors.EVENT_READ, "conn")
+            else:
+                got |= self._read(key.fileobj)  # type: ignore[arg-type]
+        return got
+
+    def _read(self, conn: socket.socket) -> bool:
+        buf = self._buffers[conn]
+        try:
+            chunk = conn.recv(1 << 20)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close(conn)
+            return False
+        buf += chunk
+        while len(buf) >= _HEADER.size:
+            length, kind = _HEADER.unpack_from(buf)
+            if length > MAX_FRAME:
+                logger.warning("otel_rl: relay frame too large (%d bytes); closing", length)
+                self._close(conn)
+                return True
+            if len(buf) < _HEADER.size + length:
+                break
+            body = bytes(buf[_HEADER.size:_HEADER.size + length])
+            del buf[:_HEADER.size + length]
+            self._dispatch(kind, body)
+        return True
+
+    def _dispatch(self, kind: int, body: bytes) -> None:
+        try:
+            payload = json.loads(body)
+            if kind == KIND_BATCH:
+                self._on_batch(Batch(payload["resource"], int(payload["offset_ns"]),
+                                     payload["records"],
+                                     {int(k): v for k, v in payload["threads"].items()}))
+            elif kind == KIND_SNAPSHOT:
+                self._on_snapshot(payload)
+        except Exception as exc:  # a malformed frame costs that frame only
+            logger.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
+
+    def _close(self, conn: socket.socket) -> None:
+        try:
+            self._selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        self._buffers.pop(conn, None)
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+    def drain(self, deadline: float) -> None:
+        """Read what connected workers already sent (their last words before exiting)."""
+        quiet = 0
+        while time.monotonic() < deadline and quiet < 2:
+            quiet = 0 if self._poll(0.05) else quiet + 1
+
+    def stop(self, deadline: float) -> None:
+        if os.getpid() != self._owner_pid:
+            return
+        self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._thread.join(max(0.0, min(2.0, deadline - time.monotonic())))
+        if not self._thread.is_alive():
+            self.drain(deadline)
+        for conn in list(self._buffers):
+            self._close(conn)
+        for s in (self._sock, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class RelayClient:
+    """A worker's end: sends batches and snapshots; `connect` fails fast when no parent listens."""
+
+    name = "relay"
+
+    def __init__(self, address: str, stats: Any, timeout: float = 5.0) -> None:
+        self.address = address
+        self._stats = stats
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        self._sock.connect(address)
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def _send(self, frame: bytes) -> bool:
+        if self._broken:
+            return False
+        with self._lock:
+            try:
+                self._sock.sendall(frame)
+                return True
+            except OSError as exc:
+                self._broken = True
+                self._stats.warn_once("relay", f"lost the parent process's relay: {exc}")
+                return False
+
+    def export(self, batches: Sequence[Batch], deadline: float) -> None:
+        for batch in batches:
+            if not batch.records:
+                continue
+            frame = _encode(KIND_BATCH, {"resource": dict(batch.resource),
+                                         "offset_ns": batch.offset_ns,
+                                         "records": list(batch.records),
+                                         "threads": {str(k): v for k, v in
+                                                     batch.thread_names.items()}})
+            if self._send(frame):
+                self._stats.add_exported(self.name, len(batch.records))
+            else:
+                self._stats.add_dropped("parent relay lost", len(batch.records))
+
+    def send_snapshot(self, snapshot: dict[str, Any]) -> None:
+        self._send(_encode(KIND_SNAPSHOT, snapshot))
+
+    def shutdown(self, deadline: float) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass

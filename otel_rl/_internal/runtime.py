@@ -1,0 +1,431 @@
+"""`configure()` / `shutdown()`: the one place otel_rl keeps process-wide state.
+
+A process is either the run's *main* process (it owns the run span, the exporters and the
+whole-run timers.json) or a *worker* (it continues a context handed down by a parent and, when
+the parent's relay is reachable, ships its records and tree snapshots there).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+from otel_rl._internal import recorder, semconv, wholerun
+from otel_rl._internal.config import Settings, resolve
+from otel_rl._internal.pipeline import FileSink, OtlpSink, Pipeline, SpanExporterSink, Stats
+from otel_rl._internal.recorder import Base, IterationPolicy, TimerStack, Trace
+
+logger = logging.getLogger("otel_rl")
+
+TIMERS_FILE = "timers.json"
+SPANS_FILE = "spans.otlp.jsonl"
+VERSION = "0.1.0"
+
+
+@dataclass
+class Context:
+    """A parsed carrier: where in which trace a worker continues."""
+
+    trace_id: int
+    span_id: int
+    sampled: bool
+    path: tuple[str, ...] = ()
+    pid: int = 0
+    tid: int = 0
+    relay: str | None = None
+    offset_ns: int | None = None
+    run_id: str | None = None
+    budget: int | None = None
+    role: str | None = None
+    index: int | None = None
+
+
+def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
+    parts = value.strip().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, bool(flags & 1)
+
+
+def parse_carrier(carrier: dict[str, str]) -> Context | None:
+    parent = parse_traceparent(carrier.get("traceparent", "") or "")
+    if parent is None:
+        return None
+    ctx = Context(*parent)
+    extra = carrier.get("otel_rl")
+    if extra:
+        try:
+            data = json.loads(extra)
+            ctx.path = tuple(str(p) for p in data.get("path", ()))
+            ctx.pid = int(data.get("pid", 0))
+            ctx.tid = int(data.get("tid", 0))
+            ctx.relay = data.get("relay")
+            ctx.offset_ns = data.get("offset")
+            ctx.run_id = data.get("run_id")
+            ctx.budget = data.get("budget")
+            ctx.role = data.get("role")
+            ctx.index = data.get("index")
+        except (ValueError, TypeError, AttributeError):
+            logger.warning("otel_rl: ignoring a malformed otel_rl context carrier")
+    return ctx
+
+
+class Runtime:
+    def __init__(self, settings: Settings, ctx: Context | None, *, auto: bool) -> None:
+        self.settings = settings
+        self.auto = auto
+        self.closed = False
+        self.pid = os.getpid()
+        self.ctx = ctx
+        self.is_worker = ctx is not None
+        self.spans_on = not settings.disabled and settings.spans != "off"
+        self.offset_ns = (ctx.offset_ns if ctx and ctx.offset_ns is not None
+                          else time.time_ns() - perf_counter_ns())
+        self.run_id = (ctx.run_id if ctx and ctx.run_id else settings.run_id)
+        self.role = settings.worker_role or (ctx.role if ctx else None)
+        self.index = settings.worker_index if settings.worker_index is not None else (
+            ctx.index if ctx else None)
+        self.stats = Stats()
+        self.thread_names: dict[int, str] = {}
+        self.snapshots: dict[str, dict[str, Any]] = {}
+        self.snapshots_lock = threading.Lock()
+        self.relay_server: Any = None
+        self.relay_client: Any = None
+        self.remote_traces: dict[int, Trace] = {}
+        self.role_counters: dict[str, int] = {}
+        self.output_dir = self._output_dir()
+        self.resource = self._resource()
+        self.start_ns = perf_counter_ns()
+        self.budget = sys.maxsize if settings.spans == "all" else settings.span_budget
+        sinks = self._sinks()
+        self.pipeline = Pipeline(resource=self.resource, offset_ns=self.offset_ns,
+                                 thread_names=self.thread_names, sinks=sinks, stats=self.stats,
+                                 flush_interval=settings.flush_interval,
+                                 max_relayed=max(64, settings.max_buffer // 64),
+                                 on_flush=self._on_flush if self.relay_client else None)
+        buffer = self.pipeline.buffer
+        if ctx is not None:
+            budget = self.budget if ctx.budget is None else int(ctx.budget)
+            self.trace = Trace(ctx.trace_id, budget if ctx.sampled else 0, buffer)
+            self.remote_traces[ctx.trace_id] = self.trace
+            self.run_span_id = ctx.span_id
+            self.base = Base(self.trace, ctx.span_id, ctx.path, ctx.pid, ctx.tid)
+        else:
+            self.trace = Trace(recorder.new_trace_id(), self.budget, buffer)
+            self.run_span_id = recorder.new_span_id()
+            self.base = None  # set in attach(), from the run stack's thread
+        self.policy = IterationPolicy(settings.span_budget, settings.sample_every, buffer)
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _output_dir(self) -> str | None:
+        s = self.settings
+        if s.disabled:
+            return None
+        if s.output_dir:
+            return s.output_dir
+        if s.endpoint is None and not s.exporters:
+            return os.path.join("otel-rl-runs", self.run_id)
+        return None
+
+    def _resource(self) -> dict[str, Any]:
+        s = self.settings
+        resource: dict[str, Any] = dict(s.resource_attributes)
+        resource[semconv.SERVICE_NAME] = s.service_name
+        resource[semconv.PROCESS_PID] = self.pid
+        resource[semconv.HOST_NAME] = socket.gethostname()
+        resource[semconv.RUN_ID] = self.run_id
+        resource["telemetry.sdk.name"] = "otel_rl"
+        resource["telemetry.sdk.language"] = "python"
+        resource["telemetry.sdk.version"] = VERSION
+        if self.is_worker or self.role:
+            resource[semconv.WORKER_ROLE] = self.role or "worker"
+            resource[semconv.WORKER_INDEX] = self.index if self.index is not None else 0
+        return resource
+
+    def _sinks(self) -> list[Any]:
+        s = self.settings
+        if s.disabled:
+            return []
+        ctx = self.ctx
+        if ctx is not None and ctx.relay:
+            from otel_rl._internal.relay import RelayClient
+
+            try:
+                self.relay_client = RelayClient(ctx.relay, self.stats)
+                return [self.relay_client]
+            except OSError:
+                logger.info("otel_rl: parent relay unreachable; this process exports on its own")
+        sinks: list[Any] = []
+        if s.endpoint:
+            sinks.append(OtlpSink(self._transport_factory, s.batch_size, self.stats, s.endpoint))
+        if self.output_dir:
+            name = SPANS_FILE if not self.is_worker else f"spans.{self.pid}.otlp.jsonl"
+            sinks.append(FileSink(os.path.join(self.output_dir, name), self.stats))
+        sinks.extend(SpanExporterSink(e, self.stats) for e in s.exporters)
+        return sinks
+
+    def _transport_factory(self) -> Any:
+        from otel_rl._internal.sinks.otlp_transport import OtlpTransport
+
+        s = self.settings
+        assert s.endpoint is not None
+        return OtlpTransport(
+            endpoint=s.endpoint, protocol=s.protocol, headers=s.headers,
+            compression=None if s.compression == "none" else s.compression,
+            timeout_s=min(s.timeout, s.shutdown_timeout), insecure=s.insecure,
+            certificate_file=s.certificate, client_key_file=s.client_key,
+            client_certificate_file=s.client_certificate,
+            traces_endpoint_is_full=s.traces_endpoint_is_full,
+        )
+
+    def attach(self, run_stack: TimerStack) -> None:
+        """Turn spans on for every existing stack and for stacks made from now on."""
+        self.run_stack = run_stack
+        if self.base is None:
+            self.base = Base(self.trace, self.run_span_id, (), self.pid, run_stack.tid)
+        for st in recorder.all_stacks():
+            self.adopt(st, initial=True)
+        recorder.policy = self.policy
+        recorder.buffer_cap = self.settings.max_buffer if self.spans_on else 0
+        recorder.on_new_stack = self.adopt
+        if self.spans_on:
+            self.pipeline.start()
+
+    def adopt(self, st: TimerStack, initial: bool = False) -> None:
+        """Give a stack its place in the run: the block that started its thread, if known."""
+        if st.base is None or initial:
+            thread_base = getattr(threading.current_thread(), "_otel_rl_base", None)
+            if initial or thread_base is None or thread_base.pid != self.pid:
+                st.base = self.base
+            else:
+                st.base = thread_base
+        base = st.base
+        st.trace = base.trace if (self.spans_on and base is not None) else None
+        st.span = base.span_id if base is not None else 0
+        self.thread_names[st.tid] = st.tname
+
+    def remote_trace(self, ctx: Context) -> Trace:
+        """The local bookkeeping for a trace a carrier hands this process (budget shares add)."""
+        trace = self.remote_traces.get(ctx.trace_id)
+        share = self.budget if ctx.budget is None else int(ctx.budget)
+        if not ctx.sampled:
+            share = 0
+        if trace is None:
+            trace = self.remote_traces[ctx.trace_id] = Trace(ctx.trace_id, share,
+                                                             self.pipeline.buffer)
+        elif trace is not self.trace:
+            trace.budget += share
+        return trace
+
+    # -- workers -----------------------------------------------------------------------------
+    def on_relayed_batch(self, batch: Any) -> None:
+        self.pipeline.add_relayed(batch)
+
+    def on_snapshot(self, snapshot: dict[str, Any]) -> None:
+        with self.snapshots_lock:
+            self.snapshots[f"{snapshot.get('pid')}"] = snapshot
+
+    def ensure_relay(self) -> str | None:
+        """The address children relay to, starting the server on first need."""
+        if self.closed or self.settings.disabled or not self.settings.propagate:
+            return None
+        if self.relay_server is None:
+            from otel_rl._internal.relay import RelayServer
+
+            try:
+                self.relay_server = RelayServer(self.on_relayed_batch, self.on_snapshot)
+            except OSError as exc:
+                self.stats.warn_once("relay-server", f"cannot open the worker relay: {exc}")
+                return None
+        return str(self.relay_server.address)
+
+    def snapshot(self) -> dict[str, Any]:
+        stacks = recorder.all_stacks()
+        with self.snapshots_lock:
+            children = list(self.snapshots.values())
+        return {"pid": self.pid, "role": self.role or "worker",
+                "index": self.index if self.index is not None else 0,
+                "contributions": wholerun.contributions(stacks, self.base),
+                "gauges": wholerun.stack_gauges(stacks),
+                "dropped": sum(st.dropped for st in stacks),
+                "children": children}
+
+    def _on_flush(self, deadline: float) -> None:
+        if self.relay_client is not None:
+            self.relay_client.send_snapshot(self.snapshot())
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def _final_span(self, end_ns: int) -> None:
+        stacks = recorder.all_stacks()
+        attrs: dict[str, Any] = {}
+        for name, g in wholerun.stack_gauges(stacks).items():
+            for key in ("value", "min", "max", "count"):
+                attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
+        run_stack = getattr(self, "run_stack", None)
+        if run_stack is not None and not self.is_worker:
+            for key, value in run_stack.metadata.items():
+                attrs[f"{semconv.METADATA_PREFIX}{key}"] = str(value)
+        tid = run_stack.tid if run_stack is not None else threading.get_ident()
+        if self.is_worker:
+            attrs[semconv.KIND] = semconv.KIND_PROCESS
+            record = (recorder.new_span_id(), self.run_span_id,
+                      f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
+                      self.trace.trace_id, {"attrs": attrs})
+        else:
+            attrs[semconv.KIND] = semconv.KIND_RUN
+            attrs[semconv.RUN_ID] = self.run_id
+            start = run_stack.run_start if run_stack is not None else self.start_ns
+            record = (self.run_span_id, 0, "run", start, end_ns, tid, self.trace.trace_id,
+                      {"attrs": attrs})
+        self.pipeline.buffer.append(record)
+
+    def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
+        stacks = recorder.all_stacks()
+        run_stack = getattr(self, "run_stack", None) or recorder.thread_stack()
+        with self.snapshots_lock:
+            snapshots = list(self.snapshots.values())
+        metadata = dict(run_stack.metadata)
+        metadata["otel_rl_run_id"] = self.run_id
+        metadata["otel_rl_version"] = VERSION
+        metadata["otel_rl_spans"] = self.settings.spans
+        dropped = self.dropped_total()
+        if dropped:
+            metadata["otel_rl_dropped_spans"] = str(dropped)
+        return wholerun.build(local=wholerun.contributions(stacks, self.base),
+                              snapshots=snapshots,
+                              root_total=(end_ns - run_stack.run_start) / 1e9,
+                              gauges=wholerun.stack_gauges(stacks), metadata=metadata)
+
+    def dropped_total(self) -> int:
+        return sum(self.stats.dropped.values()) + sum(st.dropped for st in recorder.all_stacks())
+
+    def shutdown(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        end_ns = perf_counter_ns()
+        if self.spans_on:
+            self._final_span(end_ns)
+        # Stop recording spans; the trees keep aggregating as plain ML-Agents timers.
+        recorder.on_new_stack = None
+        recorder.policy = None
+        recorder.buffer_cap = 0
+        for st in recorder.all_stacks():
+            st.trace = None
+        if self.relay_server is not None:
+            self.relay_server.stop(deadline)
+        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
+        self.stats.add_dropped("span buffer full", buffer_drops)
+        self.pipeline.shutdown(deadline)
+        if self.relay_client is not None:
+            self.relay_client.shutdown(deadline)
+        if self.output_dir and not self.settings.disabled and (
+                not self.is_worker or self.relay_client is None):
+            self._write_timers(end_ns)
+        self._report()
+
+    def _write_timers(self, end_ns: int) -> None:
+        name = TIMERS_FILE if not self.is_worker else f"timers.{self.pid}.json"
+        assert self.output_dir is not None
+        path = os.path.join(self.output_dir, name)
+        try:
+            os.makedirs(self.output_dir, exist_ok=True)
+            tmp = f"{path}.tmp.{self.pid}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.whole_run_tree(end_ns), f, indent=2)
+            os.replace(tmp, path)
+        except Exception as exc:
+            self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
+
+    def _report(self) -> None:
+        dropped = {k: v for k, v in self.stats.dropped.items() if v}
+        if dropped:
+            total = sum(dropped.values())
+            reasons = "; ".join(f"{reason}: {n}" for reason, n in dropped.items())
+            logger.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
+
+
+# --- module state -----------------------------------------------------------------------------
+_rt: Runtime | None = None
+_lock = threading.RLock()
+_atexit_registered = False
+
+
+def current() -> Runtime | None:
+    return _rt
+
+
+def env_context() -> Context | None:
+    carrier = {"traceparent": os.environ.get("TRACEPARENT", ""),
+               "tracestate": os.environ.get("TRACESTATE", ""),
+               "otel_rl": os.environ.get("OTEL_RL_CONTEXT", "")}
+    return parse_carrier(carrier)
+
+
+def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Runtime:
+    """Start the runtime (the caller holds no runtime)."""
+    global _rt, _atexit_registered
+    with _lock:
+        rt = Runtime(settings, ctx, auto=auto)
+        rt.attach(recorder.thread_stack())
+        _rt = rt
+        if settings.propagate and not settings.disabled:
+            from otel_rl._internal import propagation
+
+            propagation.install()
+        if not _atexit_registered:
+            atexit.register(_at_exit)
+            _atexit_registered = True
+        return rt
+
+
+def configure(**settings: Any) -> None:
+    """Turn otel_rl on: see `otel_rl.configure`."""
+    resolved = resolve(settings)
+    with _lock:
+        rt = _rt
+        if rt is not None and not rt.closed:
+            if rt.auto and not settings:
+                return  # a worker started by otel_rl already runs with its parent's settings
+            shutdown(rt.settings.shutdown_timeout)
+        ctx = env_context() if resolved.inherit_context else None
+        start(resolved, ctx)
+
+
+def shutdown(timeout: float | None = None) -> None:
+    """Flush, write timers.json and stop; idempotent, bounded by `timeout` seconds."""
+    global _rt
+    with _lock:
+        rt = _rt
+        if rt is None or rt.closed or rt.pid != os.getpid():
+            return
+        rt.closed = True
+    try:
+        rt.shutdown(rt.settings.shutdown_timeout if timeout is None else max(0.0, timeout))
+    except Exception as exc:  # shutdown runs at exit; it must never raise into the program
+        logger.warning("otel_rl: shutdown failed: %r", exc)
+
+
+def _at_exit() -> None:
+    shutdown()
+
+
+def reset_for_tests() -> None:
+    """Shut down and forget all state (tests only)."""
+    global _rt
+    shutdown(5.0)
+    with _lock:
+        _rt = None

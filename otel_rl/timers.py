@@ -1,0 +1,123 @@
+"""A drop-in for ``mlagents_envs.timers``: the same names, semantics and ``get_timer_tree()``.
+
+>>> from otel_rl.timers import hierarchical_timer, timed, get_timer_tree
+>>> @timed
+... def step():
+...     pass
+>>> with hierarchical_timer("advance"):
+...     step()
+>>> get_timer_tree()["children"]["advance"]["children"]["step"]["count"]
+1
+
+Without `otel_rl.configure()` this behaves exactly like ML-Agents' module. After it, every
+block is also a span (child of the enclosing block), and the whole-run ``timers.json`` written
+at shutdown covers every thread and worker process.
+
+`get_timer_tree()` keeps ML-Agents' in-process meaning: the current thread's stack only, with
+whatever the program merged into it itself (ML-Agents merges its env workers' roots under
+``workers``). The whole-run ``timers.json`` instead gathers every thread and process directly,
+leaves out what was merged by hand (so nothing is counted twice), and keeps data across
+`reset_timers()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from otel_rl._internal.recorder import (
+    TIMER_FORMAT_VERSION,
+    GaugeNode,
+    TimerNode,
+    TimerStack,
+    _thread_timer_stacks,
+    hierarchical_timer,
+    thread_stack,
+)
+
+__all__ = [
+    "TIMER_FORMAT_VERSION",
+    "GaugeNode",
+    "TimerNode",
+    "TimerStack",
+    "add_metadata",
+    "get_timer_root",
+    "get_timer_stack_for_thread",
+    "get_timer_tree",
+    "hierarchical_timer",
+    "merge_gauges",
+    "reset_timers",
+    "set_gauge",
+    "timed",
+]
+
+FuncT = TypeVar("FuncT", bound=Callable[..., Any])
+
+
+def _get_thread_timer() -> TimerStack:
+    return thread_stack()
+
+
+def get_timer_stack_for_thread(t: threading.Thread) -> TimerStack | None:
+    """The stack of thread `t`, or None if it has not timed anything (or has not started)."""
+    if t.ident is None:
+        return None
+    return _thread_timer_stacks.get(t.ident)
+
+
+def timed(func: FuncT) -> FuncT:
+    """Decorator: time every call of `func` under the name ``func.__qualname__``.
+
+    >>> class Trainer:
+    ...     @timed
+    ...     def update(self): ...
+    """
+    name = func.__qualname__
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        with hierarchical_timer(name):
+            return func(*args, **kwargs)
+
+    # Name and docs for introspection, but not __qualname__: ML-Agents' wrapper keeps its own
+    # ("timed.<locals>.wrapped"), which is what a second @timed on top is named after.
+    functools.update_wrapper(wrapped, func, assigned=("__module__", "__name__", "__doc__"))
+    return wrapped  # type: ignore[return-value]
+
+
+def set_gauge(name: str, value: float, timer_stack: TimerStack | None = None) -> None:
+    """Set gauge `name` to `value` (NaN is ignored), tracking its min, max and count."""
+    (timer_stack or thread_stack()).set_gauge(name, value)
+
+
+def merge_gauges(gauges: dict[str, GaugeNode], timer_stack: TimerStack | None = None) -> None:
+    """Merge gauges from another stack into `timer_stack` (default: this thread's)."""
+    timer_stack = timer_stack or thread_stack()
+    for name, gauge in gauges.items():
+        if name in timer_stack.gauges:
+            timer_stack.gauges[name].merge(gauge)
+            counts = timer_stack.merged_gauge_counts
+            counts[name] = counts.get(name, 0) + gauge.count
+        else:
+            timer_stack.gauges[name] = gauge
+
+
+def add_metadata(key: str, value: str, timer_stack: TimerStack | None = None) -> None:
+    """Record a metadata key/value pair (written under ``metadata`` in timers.json)."""
+    (timer_stack or thread_stack()).add_metadata(key, value)
+
+
+def get_timer_tree(timer_stack: TimerStack | None = None) -> dict[str, Any]:
+    """The tree of timings of `timer_stack` (default: this thread's) as a dict."""
+    return (timer_stack or thread_stack()).get_timing_tree()
+
+
+def get_timer_root(timer_stack: TimerStack | None = None) -> TimerNode:
+    """The root `TimerNode` of `timer_stack` (default: this thread's), total updated."""
+    return (timer_stack or thread_stack()).get_root()
+
+
+def reset_timers(timer_stack: TimerStack | None = None) -> None:
+    """Start `timer_stack` (default: this thread's) over. The whole-run tree keeps the data."""
+    (timer_stack or thread_stack()).reset()
