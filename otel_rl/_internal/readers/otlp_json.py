@@ -1,0 +1,379 @@
+"""OTLP/JSON -> `SpanData`: the Collector's file-exporter format and the shapes built on it.
+
+The Collector's ``file`` exporter writes one ``ExportTraceServiceRequest`` per line as OTLP/JSON:
+camelCase keys, hex ids, enums as integers, 64-bit integers as strings. Jaeger's api_v3 and
+Tempo answer with the same ``resourceSpans`` structure, Tempo with base64 ids and enum names
+(the protobuf canonical JSON). One parser reads them all: ids are recognised by length (32/16
+hex characters or 24/12 base64 characters), integers may be numbers or strings, enums numbers or
+names, and the proto field names (``trace_id``) are accepted beside the JSON names (``traceId``).
+
+The JSON is parsed directly rather than through ``google.protobuf.json_format``, which would
+read OTLP's hex ids as base64 and fail or, worse, silently decode them to the wrong bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from otel_rl._internal.errors import UserError
+from otel_rl._internal.spandata import SpanData, SpanEvent
+
+__all__ = [
+    "any_value",
+    "decode_id",
+    "parse_otlp_json_lines",
+    "parse_spans_text",
+    "read_otlp_json_file",
+    "spans_from_document",
+    "spans_from_resource_spans",
+]
+
+_STATUS_CODE_ERROR = 2
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _get(obj: dict[str, Any], json_name: str, proto_name: str, default: Any = None) -> Any:
+    """A field by its JSON name or, as protobuf JSON parsers also accept, its proto name."""
+    if json_name in obj:
+        return obj[json_name]
+    return obj.get(proto_name, default)
+
+
+def _list(obj: dict[str, Any], json_name: str, proto_name: str, where: str) -> list[Any]:
+    value = _get(obj, json_name, proto_name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UserError(f"{where}: '{json_name}' must be a list")
+    return value
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected a JSON object")
+    return value
+
+
+def decode_id(value: Any, size: int, where: str, what: str) -> str:
+    """A trace (16 bytes) or span (8 bytes) id given as hex or base64, as lowercase hex.
+
+    ``""``/missing gives ``""``; an all-zero id (invalid in OTel) also means "none".
+    """
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) == 2 * size:
+            try:
+                raw = bytes.fromhex(text)
+            except ValueError:
+                raw = b""
+        else:
+            try:
+                raw = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raw = b""
+        if len(raw) == size:
+            return "" if not any(raw) else raw.hex()
+    shown = value if len(str(value)) <= 40 else f"{str(value)[:40]}..."
+    raise UserError(
+        f"{where}: bad {what} {shown!r} (expected {2 * size} hex characters or base64 of {size} bytes)"
+    )
+
+
+def _int64(value: Any, where: str, what: str) -> int:
+    # proto3 JSON writes 64-bit integers as strings; some writers use plain numbers.
+    if isinstance(value, bool):
+        raise UserError(f"{where}: '{what}' must be an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise UserError(f"{where}: '{what}' must be an integer, got {value!r}")
+
+
+def _double(value: Any, where: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        # proto3 JSON spells non-finite doubles "NaN", "Infinity", "-Infinity".
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise UserError(f"{where}: 'doubleValue' must be a number, got {value!r}")
+
+
+def any_value(value: Any, where: str) -> Any:
+    """An OTLP ``AnyValue`` object as a Python value (str, bool, int, float, list, dict)."""
+    if value is None:
+        return None
+    obj = _object(value, where)
+    if "stringValue" in obj or "string_value" in obj:
+        return str(_get(obj, "stringValue", "string_value"))
+    if "boolValue" in obj or "bool_value" in obj:
+        return bool(_get(obj, "boolValue", "bool_value"))
+    if "intValue" in obj or "int_value" in obj:
+        return _int64(_get(obj, "intValue", "int_value"), where, "intValue")
+    if "doubleValue" in obj or "double_value" in obj:
+        return _double(_get(obj, "doubleValue", "double_value"), where)
+    if "arrayValue" in obj or "array_value" in obj:
+        array = _object(_get(obj, "arrayValue", "array_value"), where)
+        return [any_value(v, where) for v in _list(array, "values", "values", where)]
+    if "kvlistValue" in obj or "kvlist_value" in obj:
+        kvlist = _object(_get(obj, "kvlistValue", "kvlist_value"), where)
+        return _attributes(_list(kvlist, "values", "values", where), where)
+    if "bytesValue" in obj or "bytes_value" in obj:
+        try:
+            return base64.b64decode(str(_get(obj, "bytesValue", "bytes_value")))
+        except (binascii.Error, ValueError):
+            raise UserError(f"{where}: 'bytesValue' is not base64") from None
+    return None  # an empty AnyValue
+
+
+def _attributes(items: list[Any], where: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for item in items:
+        kv = _object(item, f"{where}.attributes")
+        key = kv.get("key")
+        if not isinstance(key, str):
+            raise UserError(f"{where}.attributes: an attribute has no string 'key'")
+        attributes[key] = any_value(kv.get("value"), f"{where}.attributes.{key}")
+    return attributes
+
+
+def _is_error(status: Any, where: str) -> bool:
+    if status is None:
+        return False
+    code = _object(status, f"{where}.status").get("code", 0)
+    if isinstance(code, str):
+        return code.strip().upper() in ("STATUS_CODE_ERROR", "ERROR", str(_STATUS_CODE_ERROR))
+    return bool(code == _STATUS_CODE_ERROR)
+
+
+def _span(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
+    span = _object(obj, where)
+    name = span.get("name", "")
+    if not isinstance(name, str):
+        raise UserError(f"{where}: 'name' must be a string")
+    trace_id = decode_id(_get(span, "traceId", "trace_id"), 16, where, "traceId")
+    span_id = decode_id(_get(span, "spanId", "span_id"), 8, where, "spanId")
+    if not trace_id or not span_id:
+        raise UserError(f"{where}: span {name!r} has no traceId or spanId")
+    start = _get(span, "startTimeUnixNano", "start_time_unix_nano")
+    end = _get(span, "endTimeUnixNano", "end_time_unix_nano")
+    if start is None or end is None:
+        raise UserError(f"{where}: span {name!r} has no start or end time")
+    events = []
+    for i, event in enumerate(_list(span, "events", "events", where)):
+        event_where = f"{where}.events[{i}]"
+        event_obj = _object(event, event_where)
+        events.append(
+            SpanEvent(
+                name=str(event_obj.get("name", "")),
+                time_ns=_int64(
+                    _get(event_obj, "timeUnixNano", "time_unix_nano", 0),
+                    event_where,
+                    "timeUnixNano",
+                ),
+                attributes=_attributes(
+                    _list(event_obj, "attributes", "attributes", event_where), event_where
+                ),
+            )
+        )
+    links = []
+    for i, link in enumerate(_list(span, "links", "links", where)):
+        link_where = f"{where}.links[{i}]"
+        link_obj = _object(link, link_where)
+        links.append(
+            (
+                decode_id(_get(link_obj, "traceId", "trace_id"), 16, link_where, "traceId"),
+                decode_id(_get(link_obj, "spanId", "span_id"), 8, link_where, "spanId"),
+            )
+        )
+    return SpanData(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=decode_id(
+            _get(span, "parentSpanId", "parent_span_id"), 8, where, "parentSpanId"
+        ),
+        name=name,
+        start_ns=_int64(start, where, "startTimeUnixNano"),
+        end_ns=_int64(end, where, "endTimeUnixNano"),
+        attributes=_attributes(_list(span, "attributes", "attributes", where), where),
+        resource=resource,
+        is_error=_is_error(span.get("status"), where),
+        events=events,
+        links=links,
+    )
+
+
+def spans_from_resource_spans(
+    resource_spans: Any, where: str, path: str = "resourceSpans"
+) -> list[SpanData]:
+    """The spans in a ``resourceSpans`` list.
+
+    Error messages read ``<where>: <path>[i].scopeSpans[j].spans[k]: <reason>``.
+    """
+    if not isinstance(resource_spans, list):
+        raise UserError(f"{where}: '{path}' must be a list")
+    spans: list[SpanData] = []
+    for i, item in enumerate(resource_spans):
+        rs_where = f"{where}: {path}[{i}]"
+        rs = _object(item, rs_where)
+        resource_obj = rs.get("resource") or {}
+        resource = _attributes(
+            _list(_object(resource_obj, rs_where), "attributes", "attributes", rs_where),
+            f"{rs_where}.resource",
+        )
+        # "instrumentationLibrarySpans" is the name before OTLP 0.15; old files still have it.
+        scopes = _list(rs, "scopeSpans", "scope_spans", rs_where) or _list(
+            rs, "instrumentationLibrarySpans", "instrumentation_library_spans", rs_where
+        )
+        for j, scope in enumerate(scopes):
+            ss_where = f"{rs_where}.scopeSpans[{j}]"
+            scope_obj = _object(scope, ss_where)
+            for k, span in enumerate(_list(scope_obj, "spans", "spans", ss_where)):
+                spans.append(_span(span, resource, f"{ss_where}.spans[{k}]"))
+    return spans
+
+
+def spans_from_document(obj: Any, where: str, path: str = "") -> list[SpanData]:
+    """Spans from one parsed JSON value in any of the shapes that carry ``resourceSpans``.
+
+    An ``ExportTraceServiceRequest``/``TracesData`` (``{"resourceSpans": [...]}``), Jaeger's
+    api_v3 answer (``{"result": {...}}``), Tempo's ``{"batches": [...]}`` (``/api/traces``) or
+    ``{"trace": {...}}`` (``/api/v2/traces``).
+    """
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: expected an OTLP JSON object, got {_kind(obj)}")
+    resource_spans = _get(obj, "resourceSpans", "resource_spans")
+    if resource_spans is not None:
+        return spans_from_resource_spans(resource_spans, where, f"{path}resourceSpans")
+    if isinstance(obj.get("result"), dict):  # Jaeger api_v3
+        return spans_from_document(obj["result"], where, f"{path}result.")
+    if "batches" in obj:  # Tempo /api/traces
+        return spans_from_resource_spans(obj["batches"] or [], where, f"{path}batches")
+    if isinstance(obj.get("trace"), dict):  # Tempo /api/v2/traces
+        trace = obj["trace"]
+        return spans_from_resource_spans(
+            _get(trace, "resourceSpans", "resource_spans") or [],
+            where,
+            f"{path}trace.resourceSpans",
+        )
+    # The Collector's file exporter can share one file between signals; those lines
+    # carry no spans, so skipping them loses nothing.
+    if any(k in obj for k in ("resourceMetrics", "resourceLogs", "resourceProfiles")):
+        return []
+    if isinstance(obj.get("error"), dict):
+        message = obj["error"].get("message", "")
+        raise UserError(f"{where}: the server answered an error: {_one_line(str(message))}")
+    if "total" in obj and ("children" in obj or obj.get("name") == "root"):
+        raise UserError(f"{where}: this is a timers.json, not spans")
+    raise UserError(
+        f"{where}: not an OTLP trace export (no 'resourceSpans', Jaeger 'result' "
+        "or Tempo 'batches'/'trace')"
+    )
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def parse_otlp_json_lines(lines: Iterable[str], source: str) -> list[SpanData]:
+    """Spans from OTLP/JSON lines (one ``ExportTraceServiceRequest`` per line).
+
+    Raises `UserError` naming `source` and the line for malformed JSON, a wrong shape, a bad
+    id, and a last line cut off mid-record (a file still being written or truncated).
+    """
+    spans: list[SpanData] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        where = f"{source} line {number}"
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if not line.endswith("\n"):
+                raise UserError(
+                    f"{where}: truncated record (the file ends mid-line; still being written?)"
+                ) from None
+            raise UserError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        spans.extend(spans_from_document(obj, where))
+    return spans
+
+
+def parse_spans_text(text: str, source: str) -> list[SpanData]:
+    """Spans from a whole file's text: OTLP/JSON lines, or one (pretty-printed) JSON document.
+
+    A saved Jaeger or Tempo answer is one document over many lines; a Collector file has one
+    request per line. The first line decides: if it is a JSON value on its own, it is lines.
+    """
+    if not text.strip():
+        return []
+    lines = text.splitlines(keepends=True)
+    first = next((line for line in lines if line.strip()), "")
+    try:
+        json.loads(first)
+    except ValueError:
+        pass
+    else:
+        return parse_otlp_json_lines(lines, source)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not text[exc.pos :].strip() or exc.pos >= len(text.rstrip()):
+            raise UserError(
+                f"{source} line {exc.lineno}: truncated JSON document (the file ends early)"
+            ) from None
+        raise UserError(
+            f"{source} line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    return spans_from_document(doc, source)
+
+
+def read_otlp_json_file(path: str | Path) -> list[SpanData]:
+    """Read a spans file (plain or gzip): Collector file-exporter lines or a saved answer.
+
+    See `parse_spans_text`; malformed input raises `UserError` with the line number.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a spans file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({_one_line(str(exc))})") from None
+    if raw.startswith(_ZSTD_MAGIC):
+        raise UserError(f"{path}: zstd-compressed files are not supported; decompress it first")
+    if raw.startswith(_GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise UserError(f"{path}: broken gzip file ({_one_line(str(exc))})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return parse_spans_text(text, str(path))

@@ -1,0 +1,296 @@
+"""Spans -> `Tree`: the ``timers.json`` tree rebuilt from spans of any source.
+
+`build_tree` follows the numbered rules in docs/internals.md ("Tree from spans"):
+
+1. A ``kind=run`` span is the root; several merge; with none, a synthetic root spans all spans.
+2. ``kind=process`` spans are transparent; their gauges and metadata merge into the root's.
+3. A block's node is its parent span's node's child named like the span. A trace root linked
+   to a known span hangs under it; a span whose parent is missing hangs under the root and
+   makes the tree incomplete, as do sampled iterations.
+4. A span in another process or thread than its parent block starts a parallel branch.
+5. total = summed durations, count = number of spans (``otel_rl.count`` on synthetic spans).
+6. Spans of worker processes are also gathered per worker into `Tree.workers`.
+
+Spans are taken in start order, so children appear in the order they first ran (as in
+ML-Agents) and float sums do not depend on the order the spans arrived in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_rl._internal import semconv
+from otel_rl._internal.spandata import SpanData
+from otel_rl._internal.tree import Gauge, Tree, TreeNode, WorkerInfo
+
+__all__ = ["build_tree"]
+
+_SpanKey = tuple[str, str]  # (trace_id, span_id)
+_WorkerKey = tuple[str, int, int]  # (role, index, pid)
+_Ident = tuple[Any, Any]  # (process.pid, thread.id); None = unknown
+
+
+@dataclass(slots=True)
+class _Info:
+    """Where a span landed: its node and path, and what its children compare against."""
+
+    node: TreeNode
+    path: tuple[str, ...]
+    ident: _Ident
+    parallel: bool  # this block or an ancestor block runs in parallel to its parent
+    worker: _WorkerKey | None = None
+    worker_parallel: bool = False  # the same, counted from the worker's own first block
+
+
+@dataclass
+class _Worker:
+    start_paths: list[tuple[str, ...]] = field(default_factory=list)
+    blocks: list[tuple[SpanData, _Info]] = field(default_factory=list)
+
+
+def build_tree(spans: Iterable[SpanData]) -> Tree:
+    """Rebuild the timer tree from finished spans (see the module docstring for the rules).
+
+    `spans` may carry ``notes`` (a `readers.SpanList`, e.g. Tempo returned part of a trace);
+    they mark the tree incomplete. Duplicate spans (same trace and span id) count once.
+    """
+    notes: list[str] = list(getattr(spans, "notes", None) or [])
+    by_key: dict[_SpanKey, SpanData] = {}
+    for span in spans:
+        by_key.setdefault((span.trace_id, span.span_id), span)
+    ordered = sorted(by_key.values(), key=lambda s: (s.start_ns, s.end_ns, s.trace_id, s.span_id))
+    builder = _Builder(by_key, ordered)
+    tree = builder.build()
+    tree.notes = notes + tree.notes
+    tree.complete = not tree.notes
+    return tree
+
+
+def _kind(span: SpanData) -> Any:
+    return span.attributes.get(semconv.KIND)
+
+
+def _ident(span: SpanData) -> _Ident:
+    return span.resource.get(semconv.PROCESS_PID), span.attributes.get(semconv.THREAD_ID)
+
+
+def _differs(own: _Ident, parent: _Ident) -> bool:
+    # Unknown (missing) on either side is no evidence of a difference.
+    own_pid, own_thread = own
+    parent_pid, parent_thread = parent
+    if own_pid is not None and parent_pid is not None and own_pid != parent_pid:
+        return True
+    return own_thread is not None and parent_thread is not None and own_thread != parent_thread
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _worker_key(span: SpanData) -> _WorkerKey | None:
+    role = span.resource.get(semconv.WORKER_ROLE)
+    if role is None:
+        return None
+    return (
+        str(role),
+        _int(span.resource.get(semconv.WORKER_INDEX), 0),
+        _int(span.resource.get(semconv.PROCESS_PID), 0),
+    )
+
+
+def _gauges(attributes: dict[str, Any]) -> dict[str, Gauge]:
+    fields: dict[str, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if key.startswith(semconv.GAUGE_PREFIX):
+            name, _, part = key[len(semconv.GAUGE_PREFIX) :].rpartition(".")
+            if name and part in ("value", "min", "max", "count"):
+                fields.setdefault(name, {})[part] = value
+    gauges = {}
+    for name, parts in fields.items():
+        value = parts.get("value")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        gauges[name] = Gauge(
+            value, parts.get("min", value), parts.get("max", value), _int(parts.get("count"), 1)
+        )
+    return gauges
+
+
+class _Builder:
+    def __init__(self, by_key: dict[_SpanKey, SpanData], ordered: list[SpanData]) -> None:
+        self.by_key = by_key
+        self.ordered = ordered
+        self.tree = Tree()
+        self.run_spans = [s for s in ordered if _kind(s) == semconv.KIND_RUN]
+        root_ident: _Ident = _ident(self.run_spans[0]) if self.run_spans else (None, None)
+        self.root_info = _Info(self.tree.root, (), root_ident, False)
+        self.infos: dict[_SpanKey, _Info] = {}
+        self.missing: list[SpanData] = []  # placed under the root for want of a parent
+        self.cycles = 0
+        self.workers: dict[_WorkerKey, _Worker] = {}
+
+    def build(self) -> Tree:
+        tree = self.tree
+        if not self.ordered:
+            tree.root.count = 0
+            tree.notes.append("no spans: there is nothing to build a tree from")
+            return tree
+        self._root_and_attributes()
+        for span in self.ordered:
+            kind = _kind(span)
+            if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS):
+                continue
+            info = self._resolve(span)
+            count = 1
+            if span.attributes.get(semconv.SYNTHETIC) is True:
+                count = _int(span.attributes.get(semconv.COUNT), 1)
+            info.node.add(span.duration_s, count)
+            info.node.is_parallel |= info.parallel
+            if info.worker is not None:
+                self.workers[info.worker].blocks.append((span, info))
+        tree.workers = self._worker_infos()
+        self._notes()
+        return tree
+
+    def _root_and_attributes(self) -> None:
+        root = self.tree.root
+        if self.run_spans:
+            for span in self.run_spans:
+                root.add(span.duration_s)
+        else:
+            start = min(s.start_ns for s in self.ordered)
+            end = max(s.end_ns for s in self.ordered)
+            root.add(max(0, end - start) / 1e9)
+        processes = [s for s in self.ordered if _kind(s) == semconv.KIND_PROCESS]
+        # Gauges in end order: as in ML-Agents' GaugeNode.merge, the later value wins.
+        for span in sorted(self.run_spans + processes, key=lambda s: s.end_ns):
+            for name, gauge in _gauges(span.attributes).items():
+                if name in self.tree.gauges:
+                    self.tree.gauges[name].merge(gauge)
+                else:
+                    self.tree.gauges[name] = gauge
+        # Metadata: the run's own keys win over what workers report.
+        for span in self.run_spans + processes:
+            for key, value in span.attributes.items():
+                if key.startswith(semconv.METADATA_PREFIX):
+                    self.tree.metadata.setdefault(key[len(semconv.METADATA_PREFIX) :], str(value))
+
+    def _parent(self, span: SpanData) -> SpanData | None:
+        """The span this one hangs under, or None for the root (noting a missing parent)."""
+        if span.parent_span_id:
+            parent = self.by_key.get((span.trace_id, span.parent_span_id))
+            if parent is None:
+                self.missing.append(span)
+            return parent
+        for link in span.links:
+            linked = self.by_key.get(link)
+            if linked is not None:
+                return linked
+        if span.attributes.get(semconv.SAMPLED) and span.links:
+            self.missing.append(span)  # a sampled iteration whose run trace is not here
+        return None
+
+    def _resolve(self, span: SpanData) -> _Info:
+        """The span's `_Info`, resolving its ancestors first (iteratively: traces are deep)."""
+        chain: list[SpanData] = []
+        on_chain: set[_SpanKey] = set()
+        current: SpanData | None = span
+        parent_info = self.root_info
+        while current is not None:
+            key = (current.trace_id, current.span_id)
+            known = self.infos.get(key)
+            if known is not None:
+                parent_info = known
+                break
+            if key in on_chain:  # corrupt data: a parent cycle; cut it at the root
+                self.cycles += 1
+                break
+            chain.append(current)
+            on_chain.add(key)
+            current = None if _kind(current) == semconv.KIND_RUN else self._parent(current)
+        for item in reversed(chain):
+            parent_info = self._place(item, parent_info)
+            self.infos[(item.trace_id, item.span_id)] = parent_info
+        return parent_info
+
+    def _place(self, span: SpanData, parent: _Info) -> _Info:
+        kind = _kind(span)
+        if kind == semconv.KIND_RUN:
+            return _Info(self.tree.root, (), _ident(span), False)
+        if kind == semconv.KIND_PROCESS:
+            return parent  # transparent: its children hang under (and compare with) its parent
+        own = _ident(span)
+        differs = _differs(own, parent.ident)
+        path = (*parent.path, span.name)
+        info = _Info(
+            node=parent.node.child(span.name),
+            path=path,
+            ident=own,
+            parallel=parent.parallel or differs,
+        )
+        worker = _worker_key(span)
+        if worker is not None:
+            info.worker = worker
+            record = self.workers.setdefault(worker, _Worker())
+            if parent.worker == worker:
+                info.worker_parallel = parent.worker_parallel or differs
+            else:
+                record.start_paths.append(parent.path)
+        return info
+
+    def _worker_infos(self) -> list[WorkerInfo]:
+        infos = []
+        for (role, index, pid), record in sorted(self.workers.items()):
+            prefix = _common_prefix(record.start_paths)
+            node = TreeNode(role)
+            for span, info in record.blocks:
+                target = node
+                for name in info.path[len(prefix) :]:
+                    target = target.child(name)
+                count = 1
+                if span.attributes.get(semconv.SYNTHETIC) is True:
+                    count = _int(span.attributes.get(semconv.COUNT), 1)
+                target.add(span.duration_s, count)
+                target.is_parallel |= info.worker_parallel
+            infos.append(WorkerInfo(role, index, pid, list(prefix), node))
+        return infos
+
+    def _notes(self) -> None:
+        notes = self.tree.notes
+        if self.missing:
+            first = self.missing[0]
+            notes.append(
+                f"{len(self.missing)} span(s) whose parent span is not in the data were placed "
+                f"under the root (first: {first.name!r} in trace {first.trace_id})"
+            )
+        if self.cycles:
+            notes.append(f"{self.cycles} parent cycle(s) in the span data were cut at the root")
+        sampled = Counter(
+            str(s.attributes[semconv.SAMPLED])
+            for s in self.ordered
+            if s.attributes.get(semconv.SAMPLED)
+        )
+        if sampled:
+            detail = ", ".join(f"{n} by {why}" for why, n in sorted(sampled.items()))
+            notes.append(
+                f"{sum(sampled.values())} iteration(s) were sampled ({detail}): the spans hold "
+                "only the sampled iterations, so totals and counts are partial"
+            )
+
+
+def _common_prefix(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
+    if not paths:
+        return ()
+    prefix = paths[0]
+    for path in paths[1:]:
+        n = 0
+        while n < min(len(prefix), len(path)) and prefix[n] == path[n]:
+            n += 1
+        prefix = prefix[:n]
+    return prefix

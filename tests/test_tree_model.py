@@ -1,0 +1,261 @@
+"""The tree model and timers.json I/O, with ML-Agents' own timers as the oracle."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from mlagents_envs import timers as ml
+
+from otel_rl._internal.errors import UserError
+from otel_rl._internal.tree import Gauge, Tree, TreeNode, WorkerInfo
+
+
+def _mlagents_workload() -> ml.TimerStack:
+    """A real ML-Agents timer stack: nesting, repeats, gauges, metadata, a merged worker."""
+    stack = ml.TimerStack()
+    for i in range(3):
+        with ml.hierarchical_timer("env_step", stack):
+            with ml.hierarchical_timer("communicator.exchange", stack):
+                sum(range(200))
+            if i % 2 == 0:
+                with ml.hierarchical_timer("process_trajectory", stack):
+                    sum(range(100))
+    ml.set_gauge("reward.mean", 1.5, stack)
+    ml.set_gauge("reward.mean", -0.25, stack)
+    ml.set_gauge("steps", 7, stack)
+    ml.add_metadata("run_id", "ppo-1", stack)
+    worker = ml.TimerStack()
+    with ml.hierarchical_timer("trainer_advance", worker):
+        with ml.hierarchical_timer("update_policy", worker):
+            sum(range(300))
+    # What ML-Agents' trainer threads do with their stacks.
+    stack.root.get_child("env_step").merge(worker.root, root_name="thread_root", is_parallel=True)
+    return stack
+
+
+def test_mlagents_timer_tree_round_trips_exactly() -> None:
+    original = ml.get_timer_tree(_mlagents_workload())
+    rebuilt = Tree.from_dict(original).to_dict()
+    assert rebuilt == original
+    # Same key order everywhere, recursively (json text compares order).
+    assert json.dumps(rebuilt) == json.dumps(original)
+
+
+def test_mlagents_tree_round_trips_through_json_text() -> None:
+    original = ml.get_timer_tree(_mlagents_workload())
+    text = Tree.from_dict(original).to_json()
+    assert json.loads(text) == original
+    assert Tree.from_json(text).to_dict() == original
+    assert text.startswith('{\n  "name": "root"')
+
+
+def test_parallel_flag_read_from_mlagents_tree() -> None:
+    tree = Tree.from_dict(ml.get_timer_tree(_mlagents_workload()))
+    thread_root = tree.find(["env_step", "thread_root"])
+    assert thread_root is not None and thread_root.is_parallel
+    update = tree.find(["env_step", "thread_root", "trainer_advance", "update_policy"])
+    assert update is not None and update.is_parallel and update.count == 1
+    exchange = tree.find(["env_step", "communicator.exchange"])
+    assert exchange is not None and not exchange.is_parallel and exchange.count == 3
+
+
+def test_self_time_is_total_minus_children_and_never_negative() -> None:
+    node = TreeNode("a", total=1.0, count=1)
+    node.child("b").add(0.25)
+    node.child("c").add(0.5)
+    assert node.self_time == pytest.approx(0.25)
+    parallel = TreeNode("p", total=1.0, count=1)
+    parallel.child("x").add(3.0)
+    assert parallel.self_time == 0.0
+
+
+def test_self_is_recomputed_on_read_not_trusted() -> None:
+    data = {
+        "name": "root",
+        "total": 2.0,
+        "count": 1,
+        "self": 99.0,
+        "children": {"a": {"total": 0.5, "count": 2, "self": -4}},
+    }
+    out = Tree.from_dict(data).to_dict()
+    assert out["self"] == 1.5
+    assert out["children"]["a"]["self"] == 0.5
+
+
+def test_unknown_keys_are_ignored_and_optional_keys_default() -> None:
+    data = {
+        "name": "root",
+        "total": 1.0,
+        "count": 1,
+        "format": "from-the-future",
+        "children": {"a": {"total": 0.5, "count": 1, "colour": "red"}},
+    }
+    tree = Tree.from_dict(data)
+    assert tree.gauges == {} and tree.metadata == {} and tree.workers == []
+    assert tree.complete and tree.notes == []
+    assert tree.to_dict() == {
+        "name": "root",
+        "total": 1.0,
+        "count": 1,
+        "self": 0.5,
+        "children": {"a": {"total": 0.5, "count": 1, "self": 0.5}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1, 2], "root: expected a JSON object, got a list"),
+        ({"count": 1}, "root: 'total' must be a number"),
+        ({"total": "1.0", "count": 1}, "root: 'total' must be a number"),
+        ({"total": True, "count": 1}, "root: 'total' must be a number"),
+        ({"total": -1.0, "count": 1}, "root: 'total' must be a finite, non-negative number"),
+        ({"total": math.nan, "count": 1}, "root: 'total' must be a finite, non-negative number"),
+        ({"total": 1.0}, "root: 'count' must be an integer"),
+        ({"total": 1.0, "count": 1.5}, "root: 'count' must be an integer"),
+        ({"total": 1.0, "count": 1, "children": []}, "root.children: expected an object"),
+        (
+            {"total": 1.0, "count": 1, "children": {"advance": {"total": 1.0, "count": "3"}}},
+            "root.children.advance: 'count' must be an integer",
+        ),
+        (
+            {
+                "total": 1.0,
+                "count": 1,
+                "children": {"a": {"total": 1.0, "count": 1, "children": {"b": 7}}},
+            },
+            "root.children.a.children.b: expected an object, got a number",
+        ),
+        (
+            {
+                "total": 1.0,
+                "count": 1,
+                "children": {"a": {"total": 1, "count": 1, "is_parallel": 1}},
+            },
+            "root.children.a: 'is_parallel' must be true or false",
+        ),
+        ({"total": 1.0, "count": 1, "gauges": {"g": {"min": 1}}}, "root.gauges.g: 'value'"),
+        ({"total": 1.0, "count": 1, "metadata": ["x"]}, "root.metadata: expected an object"),
+        ({"total": 1.0, "count": 1, "workers": [{"role": "w"}]}, "root.workers[0].tree"),
+        ({"total": 1.0, "count": 1, "name": 3}, "root: 'name' must be a string"),
+    ],
+)
+def test_not_mlagents_schema_is_a_one_line_user_error(data: object, message: str) -> None:
+    with pytest.raises(UserError) as info:
+        Tree.from_dict(data)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_invalid_json_text_is_a_one_line_user_error() -> None:
+    with pytest.raises(UserError, match=r"^not a timers.json: invalid JSON \(") as info:
+        Tree.from_json('{"name": "root", "total": 1.0,\n "count": ')
+    assert "\n" not in str(info.value)
+
+
+def test_metadata_scalars_from_other_writers_read_as_text() -> None:
+    tree = Tree.from_dict({"total": 1.0, "count": 1, "metadata": {"a": "x", "n": 3, "b": True}})
+    assert tree.metadata == {"a": "x", "n": "3", "b": "true"}
+
+
+def test_merge_matches_mlagents_timernode_merge() -> None:
+    main, other = ml.TimerStack(), ml.TimerStack()
+    for stack, names in ((main, ("a", "b")), (other, ("b", "c"))):
+        for name in names:
+            with ml.hierarchical_timer("loop", stack):
+                with ml.hierarchical_timer(name, stack):
+                    sum(range(50))
+    ours = Tree.from_dict(ml.get_timer_tree(main))
+    ours.merge(Tree.from_dict(ml.get_timer_tree(other)).root.children["loop"], path=["loop", "w"])
+    main.root.get_child("loop").merge(other.root.get_child("loop"), root_name="w")
+    expected = ml.get_timer_tree(main)["children"]
+    assert ours.to_dict()["children"] == expected
+    merged = ours.find(["loop", "w"])
+    assert merged is not None and merged.is_parallel
+    assert all(node.is_parallel for _, node in merged.walk())
+    assert not ours.root.children["loop"].is_parallel
+
+
+def test_merge_of_trees_combines_gauges_metadata_workers_and_notes() -> None:
+    left = Tree(gauges={"g": Gauge(1.0, 0.5, 2.0, 3)}, metadata={"run": "a"})
+    left.root.add(1.0)
+    right = Tree(
+        gauges={"g": Gauge(5.0, 5.0, 5.0, 1), "h": Gauge(1, 1, 1)},
+        metadata={"run": "b", "host": "x"},
+        workers=[WorkerInfo("env", 0, 42, ["step"], TreeNode("env"))],
+        complete=False,
+        notes=["cut"],
+    )
+    right.root.add(2.0)
+    right.root.child("step").add(0.5)
+    left.merge(right, path=["remote"], is_parallel=False)
+    assert left.gauges["g"] == Gauge(5.0, 0.5, 5.0, 4)
+    assert left.gauges["h"] == Gauge(1, 1, 1, 1)
+    assert left.metadata == {"run": "a", "host": "x"}
+    assert left.workers[0].path == ["remote", "step"]
+    assert not left.complete and left.notes == ["cut"]
+    remote = left.find(["remote"])
+    assert remote is not None and remote.total == 2.0 and not remote.is_parallel
+    assert left.find(["remote", "step"]) == TreeNode("step", 0.5, 1)
+
+
+def test_find_returns_node_at_path_or_none() -> None:
+    tree = Tree()
+    tree.root.child("a").child("b").add(1.0)
+    assert tree.find(()) is tree.root
+    found = tree.find(["a", "b"])
+    assert found is not None and found.total == 1.0
+    assert tree.find(["a", "x"]) is None
+    assert tree.find(["b"]) is None
+
+
+def test_workers_and_incompleteness_are_written_after_children_and_read_back() -> None:
+    tree = Tree(complete=False, notes=["3 spans lost"])
+    tree.root.add(2.0)
+    tree.root.child("step").add(1.0)
+    worker_node = TreeNode("env")
+    worker_node.child("reset").add(0.25, 2)
+    tree.workers.append(WorkerInfo("env", 1, 4242, ["step"], worker_node))
+    data = tree.to_dict()
+    assert list(data) == [
+        "name",
+        "total",
+        "count",
+        "self",
+        "children",
+        "workers",
+        "complete",
+        "notes",
+    ]
+    assert data["workers"] == [
+        {
+            "role": "env",
+            "index": 1,
+            "pid": 4242,
+            "path": ["step"],
+            "tree": {
+                "total": 0.0,
+                "count": 0,
+                "self": 0.0,
+                "children": {"reset": {"total": 0.25, "count": 2, "self": 0.25}},
+            },
+        }
+    ]
+    back = Tree.from_json(tree.to_json())
+    assert back.to_dict() == data
+    assert not back.complete and back.notes == ["3 spans lost"]
+    assert back.workers[0].node.children["reset"].count == 2
+
+
+def test_complete_tree_has_no_otel_rl_completeness_keys() -> None:
+    tree = Tree()
+    tree.root.add(1.0)
+    assert "complete" not in tree.to_dict() and "notes" not in tree.to_dict()
+
+
+def test_gauge_and_metadata_come_before_total_like_mlagents() -> None:
+    tree = Tree(gauges={"g": Gauge(1.0, 1.0, 1.0)}, metadata={"k": "v"})
+    assert list(tree.to_dict()) == ["name", "gauges", "metadata", "total", "count", "self"]
+    assert list(tree.to_dict()["gauges"]["g"]) == ["value", "min", "max", "count"]
