@@ -19,9 +19,10 @@ from otel_rl._internal.propagation import attach_context, context_from_env, get_
 from otel_rl._internal.runtime import VERSION as __version__
 
 if TYPE_CHECKING:
-    from otel_rl._internal.sdk_exporter import TimerTreeExporter
+    from otel_rl._internal.sdk_exporter import ThreadAttributesSpanProcessor, TimerTreeExporter
 
 __all__ = [
+    "ThreadAttributesSpanProcessor",
     "TimerTreeExporter",
     "__version__",
     "attach_context",
@@ -79,8 +80,8 @@ def force_flush(timeout: float = 10.0) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TimerTreeExporter":
-        from otel_rl._internal.sdk_exporter import TimerTreeExporter
+    if name in ("TimerTreeExporter", "ThreadAttributesSpanProcessor"):
+        from otel_rl._internal import sdk_exporter
 
-        return TimerTreeExporter
+        return getattr(sdk_exporter, name)
     raise AttributeError(f"module 'otel_rl' has no attribute {name!r}")

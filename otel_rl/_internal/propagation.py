@@ -13,6 +13,7 @@ import json
 import multiprocessing.pool
 import multiprocessing.process
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
@@ -39,6 +40,14 @@ _CARRIED_SETTINGS = ("service_name", "endpoint", "protocol", "compression", "tim
 def _active() -> runtime.Runtime | None:
     rt = runtime.current()
     if rt is None or rt.closed or rt.pid != os.getpid():
+        return None
+    return rt
+
+
+def _auto() -> runtime.Runtime | None:
+    """The runtime, if automatic instrumentation is on (the patches stay installed, inert)."""
+    rt = _active()
+    if rt is None or not rt.settings.propagate:
         return None
     return rt
 
@@ -70,6 +79,7 @@ def make_carrier(*, for_process: bool, role: str | None = None,
     data: dict[str, Any] = {
         "path": list(path), "pid": rt.pid, "tid": st.tid, "offset": rt.offset_ns,
         "run_id": rt.run_id, "budget": share, "role": role, "index": index,
+        "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"],
     }
     if for_process:
         data["relay"] = rt.ensure_relay()
@@ -167,7 +177,7 @@ class _Task:
 
 
 def _in_process_task(fn: Callable[..., Any]) -> Callable[..., Any]:
-    rt = _active()
+    rt = _auto()
     if rt is None:
         return fn
     st, base, path = _current_base(rt)
@@ -175,7 +185,7 @@ def _in_process_task(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _remote_task(fn: Callable[..., Any]) -> Callable[..., Any]:
-    if _active() is None:
+    if _auto() is None:
         return fn
     return _Task(fn, make_carrier(for_process=True))
 
@@ -227,7 +237,7 @@ _original: dict[str, Any] = {}
 
 
 def _patched_process_start(self: multiprocessing.process.BaseProcess) -> None:
-    rt = _active()
+    rt = _auto()
     if rt is not None and "_otel_rl_carrier" not in self.__dict__:
         try:
             role = _role_of(self)
@@ -250,6 +260,7 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
         return _original["bootstrap"](self, *args, **kwargs)
     try:
         start_worker(carrier)
+        _flush_on_sigterm()
     except Exception:
         pass
     try:
@@ -257,6 +268,30 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
     finally:
         # multiprocessing children leave with os._exit, skipping atexit: flush here.
         runtime.shutdown()
+
+
+def _flush_on_sigterm() -> None:
+    """`Pool.terminate()` (and `with Pool(...)`) end workers with SIGTERM: flush first, then
+    die of SIGTERM as before. A handler the program installs later replaces this one."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return  # the program (or its framework) handles SIGTERM itself
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        # Ignore repeats while flushing (bounded), then die of SIGTERM as the sender expects.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        rt = runtime.current()
+        if rt is not None and rt.closed:
+            return  # the worker is already exiting and flushing: let that finish
+        try:
+            runtime.shutdown(timeout=2.0)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _patched_pool_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -280,7 +315,7 @@ def _pool_wrapper(name: str) -> Callable[..., Any]:
 
 
 def _patched_thread_start(self: threading.Thread) -> None:
-    rt = _active()
+    rt = _auto()
     if rt is not None and not self.name.startswith("otel_rl-"):
         st = getattr(recorder._local, "stack", None)
         if st is not None and (len(st.stack) > 1 or st.base is not rt.base):
@@ -294,7 +329,7 @@ _ENV_INDEX = 10  # position of `env` among Popen's positional parameters after `
 
 
 def _patched_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
-    rt = _active()
+    rt = _auto()
     if rt is not None:
         try:
             positional = len(rest) >= _ENV_INDEX
@@ -339,10 +374,10 @@ def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]
 
 def _before_fork() -> None:
     _flags.fork_carrier = None
-    if getattr(_flags, "in_start", False) or _active() is None:
+    if getattr(_flags, "in_start", False) or _auto() is None:
         return
     try:
-        rt = _active()
+        rt = _auto()
         assert rt is not None
         index = rt.role_counters.get("fork", 0)
         rt.role_counters["fork"] = index + 1

@@ -47,6 +47,8 @@ class Context:
     budget: int | None = None
     role: str | None = None
     index: int | None = None
+    run_trace: int | None = None
+    run_span: int | None = None
 
 
 def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
@@ -80,6 +82,8 @@ def parse_carrier(carrier: dict[str, str]) -> Context | None:
             ctx.budget = data.get("budget")
             ctx.role = data.get("role")
             ctx.index = data.get("index")
+            if data.get("run"):
+                ctx.run_trace, ctx.run_span = (int(x, 16) for x in data["run"])
         except (ValueError, TypeError, AttributeError):
             logger.warning("otel_rl: ignoring a malformed otel_rl context carrier")
     return ctx
@@ -125,10 +129,14 @@ class Runtime:
             self.remote_traces[ctx.trace_id] = self.trace
             self.run_span_id = ctx.span_id
             self.base = Base(self.trace, ctx.span_id, ctx.path, ctx.pid, ctx.tid)
+            # The main process's run span: worker marker spans hang there, since a worker
+            # (a pool's, say) may outlive the block that started it.
+            self.root_run = (ctx.run_trace or ctx.trace_id, ctx.run_span or ctx.span_id)
         else:
             self.trace = Trace(recorder.new_trace_id(), self.budget, buffer)
             self.run_span_id = recorder.new_span_id()
             self.base = None  # set in attach(), from the run stack's thread
+            self.root_run = (self.trace.trace_id, self.run_span_id)
         self.policy = IterationPolicy(settings.span_budget, settings.sample_every, buffer)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -278,12 +286,14 @@ class Runtime:
                 attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
         run_stack = getattr(self, "run_stack", None)
         if run_stack is not None and not self.is_worker:
-            for key, value in run_stack.metadata.items():
+            for key, value in self.run_metadata(run_stack).items():
                 attrs[f"{semconv.METADATA_PREFIX}{key}"] = str(value)
         tid = run_stack.tid if run_stack is not None else threading.get_ident()
         if self.is_worker:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
-            record = (recorder.new_span_id(), self.run_span_id,
+            run_trace, run_span = self.root_run
+            parent = run_span if run_trace == self.trace.trace_id else self.run_span_id
+            record = (recorder.new_span_id(), parent,
                       f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
                       self.trace.trace_id, {"attrs": attrs})
         else:
@@ -294,15 +304,22 @@ class Runtime:
                       {"attrs": attrs})
         self.pipeline.buffer.append(record)
 
+    def run_metadata(self, run_stack: TimerStack) -> dict[str, str]:
+        """The run's metadata: the main thread's (ML-Agents' defaults and add_metadata) plus
+        otel_rl's own keys; the same on the run span and in timers.json."""
+        metadata = dict(run_stack.metadata)
+        metadata["otel_rl_run_id"] = self.run_id
+        metadata["otel_rl_version"] = VERSION
+        metadata["otel_rl_spans"] = self.settings.spans
+        metadata["end_time_seconds"] = str(int(time.time()))
+        return metadata
+
     def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
         stacks = recorder.all_stacks()
         run_stack = getattr(self, "run_stack", None) or recorder.thread_stack()
         with self.snapshots_lock:
             snapshots = list(self.snapshots.values())
-        metadata = dict(run_stack.metadata)
-        metadata["otel_rl_run_id"] = self.run_id
-        metadata["otel_rl_version"] = VERSION
-        metadata["otel_rl_spans"] = self.settings.spans
+        metadata = self.run_metadata(run_stack)
         dropped = self.dropped_total()
         if dropped:
             metadata["otel_rl_dropped_spans"] = str(dropped)
