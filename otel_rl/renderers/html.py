@@ -1,0 +1,410 @@
+"""The HTML report: one self-contained file with an icicle view, a span timeline and tables.
+
+Everything is inline (CSS, JavaScript, data) and a Content-Security-Policy forbids network
+access, so the file opens from disk, from a CI artifact or from an e-mail alike. The data goes
+into a ``<script type="application/json">`` block with ``<``, ``>`` and ``&`` escaped, and the
+page's script only ever sets text (never markup) from it: timer names come from user code, and
+a block named ``<script>`` is shown, not run. The static tables are rendered here, escaped.
+
+Example::
+
+    Path("report.html").write_text(render(tree, spans, title="PPO run 42"), encoding="utf-8")
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from otel_rl._internal import semconv
+from otel_rl._internal.spandata import SpanData
+from otel_rl._internal.tree import Tree, TreeNode
+from otel_rl.renderers import crossworker
+from otel_rl.renderers.treeview import format_count, format_seconds
+
+__all__ = ["MAX_TIMELINE_SPANS", "render"]
+
+#: Spans drawn in the timeline at most. Beyond it the timeline shows the run's beginning in
+#: full detail (the first spans by start time, every lane and nesting level) rather than a
+#: thinned-out whole run: the icicle already gives the whole-run picture. The page says so.
+MAX_TIMELINE_SPANS = 5000
+_TOP_SELF_ROWS = 15
+_FLAG_ERROR = 1
+_FLAG_MARKER = 2  # a run or process span: context, not a timed block
+
+
+def _esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _finite(value: float) -> float | None:
+    # JSON has no NaN/Infinity; JSON.parse would reject the whole page's data.
+    return value if math.isfinite(value) else None
+
+
+def _node_data(node: TreeNode) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "n": node.name,
+        "t": _finite(node.total),
+        "s": _finite(node.self_time),
+        "c": node.count,
+    }
+    if node.is_parallel:
+        data["p"] = 1
+    if node.children:
+        data["k"] = [_node_data(child) for child in node.children.values()]
+    return data
+
+
+def _lane_key(span: SpanData) -> tuple[str, str]:
+    pid = span.resource.get(semconv.PROCESS_PID)
+    tid = span.attributes.get(semconv.THREAD_ID)
+    return ("" if pid is None else str(pid), "" if tid is None else str(tid))
+
+
+def _lane_label(span: SpanData) -> tuple[str, str]:
+    """(process label, thread label) for the lane `span` runs in."""
+    res = span.resource
+    role = res.get(semconv.WORKER_ROLE)
+    if role is not None:
+        process = f"{role} #{res.get(semconv.WORKER_INDEX, '?')}"
+    else:
+        process = str(res.get(semconv.SERVICE_NAME, "process"))
+    pid = res.get(semconv.PROCESS_PID)
+    if pid is not None:
+        process += f" · pid {pid}"
+    thread_name = span.attributes.get(semconv.THREAD_NAME)
+    thread_id = span.attributes.get(semconv.THREAD_ID)
+    if thread_name is not None:
+        thread = str(thread_name)
+    elif thread_id is not None:
+        thread = f"thread {thread_id}"
+    else:
+        thread = "thread ?"
+    return process, thread
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _error_text(span: SpanData) -> str:
+    for event in span.events:
+        if event.name == "exception":
+            kind = event.attributes.get("exception.type", "")
+            message = event.attributes.get("exception.message", "")
+            return f"{kind}: {message}".strip(": ")
+    return "error"
+
+
+def _lanes(
+    spans: Sequence[SpanData],
+) -> tuple[list[tuple[str, str]], dict[tuple[str, str], tuple[str, str]]]:
+    """The timeline's lanes (pid, thread id) in display order, and their labels.
+
+    Main processes first, in start order, then workers by role and index; within a process,
+    threads by their first span.
+    """
+    first_by_lane: dict[tuple[str, str], int] = {}
+    first_by_pid: dict[str, int] = {}
+    worker_by_pid: dict[str, tuple[str, int]] = {}
+    labels: dict[tuple[str, str], tuple[str, str]] = {}
+    for span in spans:
+        key = _lane_key(span)
+        if key not in first_by_lane:
+            first_by_lane[key] = span.start_ns
+            labels[key] = _lane_label(span)
+        first_by_pid.setdefault(key[0], span.start_ns)
+        role = span.resource.get(semconv.WORKER_ROLE)
+        if role is not None:
+            worker_by_pid.setdefault(
+                key[0], (str(role), _int(span.resource.get(semconv.WORKER_INDEX)))
+            )
+    order_by_pid: dict[str, tuple[int, str, int, int, str]] = {
+        pid: (1, *worker_by_pid[pid], 0, pid) if pid in worker_by_pid else (0, "", 0, first, pid)
+        for pid, first in first_by_pid.items()
+    }
+    lane_keys = sorted(first_by_lane, key=lambda k: (*order_by_pid[k[0]], first_by_lane[k]))
+    return lane_keys, labels
+
+
+def _timeline_data(spans: Sequence[SpanData], cap: int) -> dict[str, Any]:
+    """Lanes (one per process + thread) and spans as compact rows for the page's script."""
+    total = len(spans)
+    # Parents before children: by start, the longer first on a tie.
+    ordered = sorted(spans, key=lambda s: (s.start_ns, -(s.end_ns - s.start_ns)))
+    chosen = ordered[:cap]
+    if not chosen:
+        return {"lanes": [], "spans": [], "names": [], "total": total, "shown": 0, "end": 0}
+    t0 = chosen[0].start_ns
+    lane_keys, labels = _lanes(chosen)
+    lane_index = {key: i for i, key in enumerate(lane_keys)}
+    names: dict[str, int] = {}
+    rows: list[list[Any]] = []
+    errors: dict[str, str] = {}
+    placed: dict[tuple[str, str], tuple[int, int]] = {}  # (trace, span id) -> (row, depth)
+    depth_max = [0] * len(lane_keys)
+    for span in chosen:
+        lane = lane_index[_lane_key(span)]
+        parent = placed.get((span.trace_id, span.parent_span_id))
+        depth = 0
+        parent_row = -1
+        if parent is not None:
+            parent_row = parent[0]
+            if rows[parent_row][0] == lane:
+                depth = parent[1] + 1
+        depth_max[lane] = max(depth_max[lane], depth)
+        flags = 0
+        if span.is_error:
+            flags |= _FLAG_ERROR
+            errors[str(len(rows))] = _error_text(span)
+        if span.attributes.get(semconv.KIND) in (semconv.KIND_RUN, semconv.KIND_PROCESS):
+            flags |= _FLAG_MARKER
+        placed[(span.trace_id, span.span_id)] = (len(rows), depth)
+        rows.append(
+            [
+                lane,
+                (span.start_ns - t0) / 1e6,
+                (max(span.end_ns, span.start_ns) - t0) / 1e6,
+                depth,
+                names.setdefault(span.name, len(names)),
+                flags,
+                parent_row,
+            ]
+        )
+    return {
+        "lanes": [
+            {"process": labels[k][0], "thread": labels[k][1], "depth": depth_max[i] + 1}
+            for i, k in enumerate(lane_keys)
+        ],
+        "spans": rows,
+        "names": list(names),
+        "errors": errors,
+        "total": total,
+        "shown": len(rows),
+        "end": _window_end(ordered, cap, t0, rows),
+        "runEnd": (max(s.end_ns for s in ordered) - t0) / 1e6,
+    }
+
+
+def _window_end(ordered: Sequence[SpanData], cap: int, t0: int, rows: list[list[Any]]) -> float:
+    """Where the timeline's initial view ends (ms from `t0`): all of it, or, when capped, the
+    start of the first span left out — up to there, nothing is missing."""
+    shown_end: float = max(row[2] for row in rows)
+    if len(ordered) <= cap:
+        return shown_end
+    cut = (ordered[cap].start_ns - t0) / 1e6
+    return cut if cut > 0 else shown_end
+
+
+def _json_script(data: Any) -> str:
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    # Inside <script> only "</" could end the block; escaping every <, > and & also keeps
+    # "<!--" and entity-like text inert.
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _table(element_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f'<table id="{element_id}" class="data"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _gauges_html(tree: Tree) -> str:
+    if not tree.gauges:
+        return '<p class="empty">No gauges were recorded.</p>'
+    rows = [
+        [
+            f'<span class="name">{_esc(name)}</span>',
+            _esc(f"{g.value:.6g}"),
+            _esc(f"{g.min:.6g}"),
+            _esc(f"{g.max:.6g}"),
+            _esc(format_count(g.count)),
+        ]
+        for name, g in tree.gauges.items()
+    ]
+    return _table("gauges", ["gauge", "value", "min", "max", "count"], rows)
+
+
+def _metadata_html(tree: Tree) -> str:
+    if not tree.metadata:
+        return '<p class="empty">No metadata was recorded.</p>'
+    rows = [[f'<span class="name">{_esc(k)}</span>', _esc(v)] for k, v in tree.metadata.items()]
+    return _table("metadata", ["key", "value"], rows)
+
+
+def _path_key(path: Sequence[str]) -> str:
+    """A node's path as the page's script keys it (``JSON.stringify`` of the names)."""
+    return json.dumps(list(path), ensure_ascii=False, separators=(",", ":"))
+
+
+def _hotspots_html(tree: Tree) -> str:
+    nodes = sorted(tree.root.walk(), key=lambda item: -item[1].self_time)[:_TOP_SELF_ROWS]
+    root_total = tree.root.total
+    rows = []
+    for path, node in nodes:
+        share = f"{100 * node.self_time / root_total:.1f}%" if root_total > 0 else "-"
+        crumbs = " &rsaquo; ".join(_esc(p) for p in path[:-1])
+        rows.append(
+            [
+                f'<span class="name hot" data-path="{_esc(_path_key(path))}">'
+                f"{_esc(path[-1])}</span>"
+                + (f'<div class="crumbs">{crumbs}</div>' if crumbs else ""),
+                _esc(format_seconds(node.self_time)),
+                _esc(share),
+                _esc(format_seconds(node.total)),
+                _esc(format_count(node.count)),
+            ]
+        )
+    if not rows:
+        return '<p class="empty">The tree has no timed blocks.</p>'
+    return _table("hotspots", ["block", "self", "% of run", "total", "count"], rows)
+
+
+def _workers_html(tree: Tree) -> str:
+    sections: list[str] = []
+    for summary in crossworker.summarize(tree):
+        rows = []
+        for stats in summary.nodes:
+            name = stats.path[-1] if stats.path else "(all blocks)"
+            indent = len(stats.path) * 14
+            spread = stats.max_total / stats.mean_total if stats.mean_total > 0 else 1.0
+            rows.append(
+                [
+                    f'<span class="name" style="padding-left:{indent}px">{_esc(name)}</span>',
+                    f"{len(stats.totals)}/{len(summary.workers)}",
+                    _esc(format_seconds(stats.min_total)),
+                    _esc(format_seconds(stats.mean_total)),
+                    _esc(format_seconds(stats.max_total)),
+                    f'<span class="{"warn" if spread > 1.2 else ""}">{spread:.2f}&times;</span>',
+                    _esc(f"#{stats.slowest.index} (pid {stats.slowest.pid})"),
+                ]
+            )
+        heading = f"{summary.role or 'worker'} — {len(summary.workers)} workers"
+        sections.append(
+            f'<h3 class="role">{_esc(heading)}</h3>'
+            + _table(
+                f"workers-{len(sections)}",
+                ["block", "workers", "total min", "mean", "max", "max/mean", "slowest"],
+                rows,
+            )
+        )
+    return "".join(sections)
+
+
+def _asset(name: str) -> str:
+    return resources.files("otel_rl.renderers").joinpath(name).read_text(encoding="utf-8")
+
+
+def render(
+    tree: Tree,
+    spans: Sequence[SpanData] | None = None,
+    *,
+    title: str = "otel-rl report",
+    max_spans: int = MAX_TIMELINE_SPANS,
+) -> str:
+    """One self-contained HTML page for `tree`; with `spans`, a timeline of them too."""
+    timeline = None if spans is None else _timeline_data(spans, max_spans)
+    data = {
+        "title": title,
+        "tree": _node_data(tree.root),
+        "complete": tree.complete,
+        "timeline": timeline,
+    }
+    blocks = sum(1 for _ in tree.root.walk())
+    facts = [
+        ("total", format_seconds(tree.root.total)),
+        ("blocks", format_count(blocks)),
+        ("workers", format_count(len(tree.workers))),
+    ]
+    if timeline is not None:
+        facts.append(("spans", format_count(timeline["total"])))
+    facts_html = "".join(
+        f'<div class="fact"><div class="value">{_esc(v)}</div><div class="label">{_esc(k)}</div></div>'
+        for k, v in facts
+    )
+    banner = ""
+    if not tree.complete:
+        notes = "".join(f"<li>{_esc(note)}</li>" for note in tree.notes)
+        banner = (
+            '<div id="incomplete" class="banner"><strong>Incomplete tree.</strong> It was built '
+            f"from a partial or sampled set of spans; totals are lower bounds.<ul>{notes}</ul></div>"
+        )
+    workers = _workers_html(tree)
+    workers_section = (
+        f'<section class="card"><h2>Workers</h2><p class="hint">Each worker role merged: '
+        f"the spread between the fastest and the slowest worker per block.</p>{workers}</section>"
+        if workers
+        else ""
+    )
+    return _TEMPLATE.format(
+        title=_esc(title),
+        css=_asset("report.css"),
+        js=_asset("report.js"),
+        data=_json_script(data),
+        facts=facts_html,
+        banner=banner,
+        hotspots=_hotspots_html(tree),
+        workers=workers_section,
+        gauges=_gauges_html(tree),
+        metadata=_metadata_html(tree),
+    )
+
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="otel-rl">
+<title>{title}</title>
+<style>{css}</style>
+</head>
+<body>
+<header class="top">
+  <div><div class="brand">otel-rl</div><h1 id="title">{title}</h1></div>
+  <div class="facts">{facts}</div>
+</header>
+<main>
+{banner}
+<section class="card" id="tree-section">
+  <div class="toolbar">
+    <h2>Timer tree</h2>
+    <div class="controls">
+      <input id="search" type="search" placeholder="Highlight blocks…" aria-label="highlight blocks by name">
+      <div class="seg" role="group" aria-label="metric">
+        <button id="mode-total" class="active" type="button">Total</button><button id="mode-self" type="button">Self</button>
+      </div>
+      <button id="zoom-reset" type="button" disabled>Reset zoom</button>
+    </div>
+  </div>
+  <div id="breadcrumb" class="crumbs"></div>
+  <div id="icicle" data-mode="total" data-zoom="[]"></div>
+  <div class="legend"><span class="swatch parallel-swatch"></span> parallel branch (another thread or process; may exceed its parent) · width = total time<span id="legend-mode"></span> · click a block to zoom in, an ancestor to zoom out</div>
+</section>
+<section class="card" id="hotspots-section"><h2>Where the time goes <span class="sub">blocks by self time</span></h2>{hotspots}</section>
+<section class="card" id="timeline-section">
+  <div class="toolbar"><h2>Timeline</h2><div class="controls"><button id="timeline-reset" type="button" disabled>Reset zoom</button></div></div>
+  <p id="timeline-note" class="hint"></p>
+  <div id="timeline"></div>
+</section>
+{workers}
+<div class="two">
+<section class="card" id="gauges-section"><h2>Gauges</h2>{gauges}</section>
+<section class="card" id="metadata-section"><h2>Metadata</h2>{metadata}</section>
+</div>
+</main>
+<div id="tooltip" role="tooltip" hidden></div>
+<script id="report-data" type="application/json">{data}</script>
+<script>{js}</script>
+</body>
+</html>
+"""
