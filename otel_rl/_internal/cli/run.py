@@ -1,0 +1,159 @@
+"""``otel-rl run``: run a program with its ML-Agents / Sample Factory timers served by otel_rl.
+
+    otel-rl run [--service-name NAME] [--output DIR] [--spans all|auto|off] -- COMMAND [ARGS...]
+
+The program is not changed: the options become ``OTEL_RL_*`` environment variables, and the
+zero-code folder goes first on PYTHONPATH so that every Python process of the program starts
+with otel_rl's `sitecustomize` (see `otel_rl._internal.zerocode`); its main process is the run.
+A ``.py`` COMMAND runs with this Python. Signals sent to ``otel-rl run`` are passed on to the
+program, and its exit code is returned (128 + N when signal N ended it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from types import FrameType
+from typing import Any
+
+from otel_rl._internal.config import SPAN_POLICIES
+from otel_rl._internal.errors import UserError
+from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
+
+_USAGE = "usage: otel-rl run [options] -- COMMAND [ARGS...]"
+
+#: Signals passed on to the program.
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+#: Signals a terminal sends to its whole foreground process group: the program has had them
+#: already when we are in that group, and a second SIGINT would interrupt its clean-up.
+_FROM_TERMINAL = ("SIGINT", "SIGQUIT")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--service-name", metavar="NAME", help="service.name of the spans (OTEL_RL_SERVICE_NAME)"
+    )
+    parser.add_argument(
+        "--output",
+        metavar="DIR",
+        help="folder for timers.json and spans.otlp.jsonl (OTEL_RL_OUTPUT_DIR)",
+    )
+    parser.add_argument(
+        "--spans", choices=SPAN_POLICIES, help="which blocks become spans (OTEL_RL_SPANS)"
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND [ARGS...]",
+        help="the program to run; a .py file runs with this Python",
+    )
+
+
+def child_environment(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
+    """The program's environment: ``environ`` plus the options and the zero-code PYTHONPATH."""
+    env = dict(environ)
+    if args.service_name is not None:
+        if not args.service_name.strip():
+            raise UserError("--service-name must not be empty")
+        env["OTEL_RL_SERVICE_NAME"] = args.service_name
+    if args.output is not None:
+        if not args.output.strip():
+            raise UserError("--output must not be empty")
+        # Absolute, so processes that change directory still write to the same folder.
+        env["OTEL_RL_OUTPUT_DIR"] = os.path.abspath(args.output)
+    if args.spans is not None:
+        env["OTEL_RL_SPANS"] = args.spans
+    env[MAIN_ENV] = "1"
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != ZEROCODE_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([ZEROCODE_DIR, *paths])
+    return env
+
+
+def command_line(command: list[str], env: dict[str, str]) -> list[str]:
+    """The argv to start: a ``.py`` file runs with this Python; anything else must exist."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UserError(f"no command given ({_USAGE})")
+    program = command[0]
+    if program.endswith(".py"):
+        if not os.path.isfile(program):
+            raise UserError(f"no such file: {program}")
+        return [sys.executable, *command]
+    if shutil.which(program, path=env.get("PATH")) is None:
+        raise UserError(f"command not found: {program}")
+    return command
+
+
+def _in_foreground_group() -> bool:
+    """Whether a terminal's signals reach our process group (and so the program's too)."""
+    for fd in (0, 1, 2):
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except (OSError, AttributeError):
+            continue
+    return False
+
+
+class _Forwarder:
+    """Signal handler passing signals on to the program, installed before it starts so that a
+    signal arriving in between is not lost (it is sent once the program exists)."""
+
+    __slots__ = ("pending", "previous", "proc")
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if signal.Signals(signum).name in _FROM_TERMINAL and _in_foreground_group():
+            return
+        if self.proc is None:
+            self.pending.append(signum)
+            return
+        try:
+            self.proc.send_signal(signum)
+        except OSError:
+            pass  # the program has exited already
+
+    def install(self) -> None:
+        for name in _FORWARDED:
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except (OSError, ValueError):
+                continue  # not settable here (e.g. not the main thread)
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        for signum in self.pending:
+            self(signum, None)
+        self.pending.clear()
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    env = child_environment(args, dict(os.environ))
+    argv = command_line(list(args.command), env)
+    forwarder = _Forwarder()
+    forwarder.install()
+    try:
+        try:
+            proc = subprocess.Popen(argv, env=env)
+        except OSError as exc:
+            raise UserError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        forwarder.started(proc)
+        returncode = proc.wait()
+    finally:
+        forwarder.restore()
+    return returncode if returncode >= 0 else 128 - returncode

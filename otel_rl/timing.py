@@ -1,0 +1,369 @@
+"""Drop-in for Sample Factory's ``sample_factory.utils.timing`` (Sample Factory 2.x).
+
+Same names and the same results as Sample Factory's own module: `Timing` is a dict with
+attribute access whose values are the latest (`timeit`), accumulated (`add_time`) or
+moving-average (`time_avg`) wall-clock durations; `tree_str()` shows the same numbers nested the
+way the blocks were nested. Replace the import and nothing else changes::
+
+    from otel_rl.timing import Timing          # was: from sample_factory.utils.timing import Timing
+
+    timing = Timing("learner")
+    with timing.add_time("train"):
+        with timing.timeit("forward"):
+            ...
+    print(timing.tree_str())
+
+What it adds: every timed block is also an `otel_rl.timers.hierarchical_timer` block named like
+its key, so after `otel_rl.configure()` it is a span nested under whatever block is open in the
+thread, and it counts in the whole-run tree. That bridge never changes Timing's own numbers, and
+when it fails Timing carries on (the failure is logged once).
+
+Unlike Sample Factory's module, importing this one imports neither torch nor psutil.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+import typing
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+__all__ = [
+    "EPS",
+    "AttrDict",
+    "AvgTime",
+    "Timing",
+    "TimingContext",
+    "TimingTreeNode",
+    "init_global_profiler",
+]
+
+#: Floor on every measurement (Sample Factory's ``sample_factory.algo.utils.misc.EPS``), so a
+#: block never reports zero time and rates derived from it never divide by zero.
+EPS = 1e-8
+
+#: Sample Factory's logger (``sample_factory.utils.utils.log``), looked up by name so that
+#: handlers Sample Factory installs on it apply here too.
+log = logging.getLogger("rl")
+
+_logger = logging.getLogger("otel_rl")
+
+#: Set by `init_global_profiler` (Sample Factory defines it only then, too).
+TIMING: Timing
+
+
+class _Block(Protocol):
+    def __enter__(self) -> object: ...
+
+    def __exit__(
+        self,
+        type_: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None: ...
+
+
+def _find_block_factory() -> Callable[[str], _Block] | None:
+    try:
+        from otel_rl.timers import hierarchical_timer
+    except ImportError:
+        return None
+    return hierarchical_timer
+
+
+#: Makes the otel_rl block each Timing block is mirrored into; None disables the mirroring.
+_block_factory: Callable[[str], _Block] | None = _find_block_factory()
+_bridge_failed = False
+
+
+def _bridge_error(exc: BaseException) -> None:
+    # Telemetry must never break training: a failing bridge is reported once and skipped.
+    global _bridge_failed
+    if not _bridge_failed:
+        _bridge_failed = True
+        _logger.warning(
+            "otel_rl: mirroring a Sample Factory Timing block failed (%s: %s); Timing's own "
+            "results are unaffected, further failures are not reported",
+            type(exc).__name__,
+            exc,
+        )
+
+
+class AttrDict(dict[str, Any]):
+    """A dict whose keys can also be read and written as attributes (Sample Factory's AttrDict).
+
+    A key shadows a method or attribute of the same name on reads; every attribute write is a
+    key write.
+    """
+
+    __setattr__ = dict.__setitem__  # type: ignore[assignment]
+
+    def __getattribute__(self, item: str) -> Any:
+        if item in self:
+            return self[item]
+        return super().__getattribute__(item)
+
+
+class AvgTime:
+    """Moving average over the last ``num_values_to_avg`` measurements (``str`` shows it)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, num_values_to_avg: int | None) -> None:
+        self.values: deque[float] = deque(maxlen=num_values_to_avg)
+
+    def __str__(self) -> str:
+        avg_time = sum(self.values) / max(1, len(self.values))
+        return f"{avg_time:.4f}"
+
+    # Explicit state, as Sample Factory's instance dict: slotted classes pickle with every
+    # protocol only then.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"values": self.values}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.values = state["values"]
+
+
+@dataclass
+class TimingTreeNode:
+    """One key at one nesting depth: its time (as in the flat dict) and its nested keys."""
+
+    self_time: float | AvgTime = 0
+    timing: typing.OrderedDict[str, Any] = dataclasses.field(
+        default_factory=collections.OrderedDict
+    )
+
+
+_PICKLED_CONTEXT_STATE = (
+    "timing_tree_node",
+    "_timing",
+    "_key",
+    "_additive",
+    "_average",
+    "_time_enter",
+    "_time",
+)
+
+
+class TimingContext:
+    """One timed block of a `Timing`; made by `Timing.timeit`/`add_time`/`time_avg`.
+
+    As in Sample Factory, entering it yields None, its place in the tree is fixed when it is
+    made (under the block open at that moment), and leaving it records the time even when the
+    block raised.
+    """
+
+    # Sample Factory's attribute names, kept so code reading them keeps working; the last two
+    # are the otel_rl block this one is mirrored into (and any outer one when re-entered).
+    __slots__ = (
+        "_additive",
+        "_average",
+        "_block",
+        "_key",
+        "_outer_blocks",
+        "_time",
+        "_time_enter",
+        "_timing",
+        "timing_tree_node",
+    )
+
+    def __init__(
+        self, timing: Timing, key: str, additive: bool = False, average: int | None = None
+    ) -> None:
+        self.timing_tree_node: TimingTreeNode | None = None
+        self._timing = timing
+        self._key = key
+        self._additive = additive
+        self._average = average
+        self._time_enter: float | None = None
+        self._time: float = 0
+        self._block: _Block | None = None
+        self._outer_blocks: list[_Block | None] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sample Factory's attributes only: a mirror block is live state of this process.
+        return {name: getattr(self, name) for name in _PICKLED_CONTEXT_STATE}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._block = None
+        self._outer_blocks = None
+
+    def set_tree_node(self, node: TimingTreeNode) -> None:
+        self.timing_tree_node = node
+
+    def initial_value(self) -> float | AvgTime:
+        if self._average is not None:
+            return AvgTime(num_values_to_avg=self._average)
+        return 0.0
+
+    def _record_measurement(self, key: str, value: float) -> None:
+        node: Any = self.timing_tree_node
+        if self._additive:
+            self._timing[key] += value
+            node.self_time += value
+        elif self._average is not None:
+            self._timing[key].values.append(value)
+            node.self_time.values.append(value)
+        else:
+            self._timing[key] = value
+            node.self_time = value
+
+    def __enter__(self) -> None:
+        factory = _block_factory
+        if factory is not None:
+            if self._block is not None:
+                # The same context re-entered while open (recursion): keep the outer block to
+                # close after this one.
+                if self._outer_blocks is None:
+                    self._outer_blocks = []
+                self._outer_blocks.append(self._block)
+                self._block = None
+            try:
+                block = factory(self._key)
+                block.__enter__()
+                self._block = block
+            except Exception as exc:
+                _bridge_error(exc)
+        # Measured after the mirror block opened, so its cost stays out of Timing's numbers.
+        self._time_enter = time.time()
+        dict.__getitem__(self._timing, "_open_contexts_stack").append(self)
+
+    def __exit__(
+        self,
+        type_: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            time_passed = max(time.time() - self._time_enter, EPS)  # type: ignore[operator]
+            self._record_measurement(self._key, time_passed)
+            dict.__getitem__(self._timing, "_open_contexts_stack").pop()
+        finally:
+            # Also when recording raised (as it does in Sample Factory, e.g. `add_time` on a key
+            # first used by `time_avg`): the mirror block must close to keep its stack balanced.
+            block = self._block
+            if block is not None:
+                outer = self._outer_blocks
+                self._block = outer.pop() if outer else None
+                try:
+                    block.__exit__(type_, value, traceback)
+                except Exception as exc:
+                    _bridge_error(exc)
+
+
+class Timing(AttrDict):
+    """Named wall-clock timings of code blocks, readable as ``timing[key]`` or ``timing.key``.
+
+    ``timeit(key)`` keeps the latest duration, ``add_time(key)`` the sum, ``time_avg(key, n)``
+    the average of the last ``n``. Like Sample Factory's, the dict also holds the entries
+    ``_name``, ``_root_context`` and ``_open_contexts_stack``, and one Timing is not meant to be
+    shared between threads.
+    """
+
+    def __init__(self, name: str = "Profile", *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+        self._name = name
+
+        self._root_context = TimingContext(self, "~")
+        self._root_context.set_tree_node(TimingTreeNode())
+        self._open_contexts_stack = [self._root_context]
+
+    def _push_context(self, ctx: TimingContext) -> TimingContext:
+        self._open_contexts_stack.append(ctx)
+        return ctx
+
+    def _init_context(self, key: str, *args: Any, **kwargs: Any) -> TimingContext:
+        ctx = TimingContext(self, key, *args, **kwargs)
+        if key not in self:
+            self[key] = ctx.initial_value()
+
+        parent_ctx = dict.__getitem__(self, "_open_contexts_stack")[-1]
+        parent_tree_node = parent_ctx.timing_tree_node
+        if key not in parent_tree_node.timing:
+            parent_tree_node.timing[key] = TimingTreeNode(ctx.initial_value())
+
+        ctx.timing_tree_node = parent_tree_node.timing[key]
+        return ctx
+
+    def timeit(self, key: str) -> TimingContext:
+        """Time a block; the value is its latest duration in seconds."""
+        return self._init_context(key)
+
+    def add_time(self, key: str) -> TimingContext:
+        """Time a block; the value is the sum of its durations in seconds."""
+        return self._init_context(key, additive=True)
+
+    def time_avg(self, key: str, average: int = 10) -> TimingContext:
+        """Time a block; the value is an `AvgTime` over its last ``average`` durations."""
+        return self._init_context(key, average=average)
+
+    @staticmethod
+    def _time_str(value: Any) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    def flat_str(self) -> str:
+        """``key: value`` for every entry (``_name`` included, as in Sample Factory)."""
+        # skip data members of Timing
+        skip_names = ["_root_context", "_open_contexts_stack"]
+
+        s = []
+        for key, value in self.items():
+            if key not in skip_names:
+                s.append(f"{key}: {self._time_str(value)}")
+        return ", ".join(s)
+
+    @classmethod
+    def _tree_str_func(cls, node: TimingTreeNode, depth: int) -> list[str]:
+        indent = " " * 2 * depth
+
+        def node_str(k: str, node_: TimingTreeNode) -> str:
+            return f"{k}: {cls._time_str(node_.self_time)}"
+
+        # Leaves of a level share one line, first; then each key with children, then its level.
+        tokens = [node_str(k, v) for k, v in node.timing.items() if not v.timing]
+
+        lines = []
+        if tokens:
+            lines.append(f"{indent}{', '.join(tokens)}")
+
+        for key, child_node in node.timing.items():
+            if child_node.timing:
+                lines.append(f"{indent}{node_str(key, child_node)}")
+                lines.extend(cls._tree_str_func(child_node, depth + 1))
+
+        return lines
+
+    def tree_str(self) -> str:
+        """The timings nested as the blocks were, under a ``<name> tree view:`` header."""
+        lines = [f"{self._name} tree view:"]
+        lines.extend(self._tree_str_func(self._root_context.timing_tree_node, 0))  # type: ignore[arg-type]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.tree_str()
+
+
+def init_global_profiler(t: Timing) -> None:
+    """This is for debugging purposes. Normally prefer to pass it around."""
+    global TIMING
+    try:
+        # psutil only here, as in Sample Factory's log line, but never at import time.
+        import importlib
+
+        process: object = importlib.import_module("psutil").Process()
+    except ImportError:
+        import os
+
+        process = f"pid={os.getpid()}"
+    log.info("Setting global profiler in process %r", process)
+    TIMING = t
