@@ -1,0 +1,214 @@
+"""``otel-rl demo``: train PPO on CartPole the way mlagents-learn trains, with otel_rl on.
+
+    otel-rl demo                       # ./results/demo, a few seconds on 2 cores
+    otel-rl demo --workers 4 --steps 100000 --run-id big --spans all
+    otel-rl demo --force               # overwrite ./results/demo
+
+The run folder ``<output>/<run-id>/`` gets the checkpoints (``CartPole/CartPole-<step>.npz``),
+the final model (``CartPole.npz``) and ``run_logs/`` with ``timers.json``, the spans file and
+``report.html``. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, the spans also go there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from otel_rl._internal.errors import UserError
+
+#: Limits that keep a typo from starting hundreds of processes.
+MAX_WORKERS = 64
+TIMERS_FILE = "timers.json"
+SPANS_FILE = "spans.otlp.jsonl"
+REPORT_FILE = "report.html"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``otel-rl demo``'s arguments to `parser`."""
+    parser.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="env worker processes (default: 2)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=50_000,
+        metavar="N",
+        help="env steps to train for, over all envs (default: 50000)",
+    )
+    parser.add_argument(
+        "--output",
+        default="results",
+        metavar="DIR",
+        help="folder that holds run folders (default: ./results)",
+    )
+    parser.add_argument(
+        "--run-id",
+        default="demo",
+        metavar="ID",
+        help="name of this run's folder under --output (default: demo)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="random seed; the same seed trains the same model (default: 0)",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=20_000,
+        metavar="N",
+        help="save a checkpoint every N steps (default: 20000)",
+    )
+    parser.add_argument(
+        "--spans",
+        choices=("all", "auto", "off"),
+        default=None,
+        help="span policy (default: OTEL_RL_SPANS, else auto)",
+    )
+    parser.add_argument(
+        "--start-method",
+        choices=multiprocessing.get_all_start_methods(),
+        default=None,
+        help="how to start env workers (default: the platform's)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite the run folder if it already exists"
+    )
+    parser.add_argument("--quiet", action="store_true", help="print only where the results are")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.steps < 1:
+        raise UserError(f"--steps must be a positive number of steps, got {args.steps}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be zero or positive, got {args.seed}")
+    if args.checkpoint_interval < 1:
+        raise UserError(
+            f"--checkpoint-interval must be a positive number of steps, got {args.checkpoint_interval}"
+        )
+    run_id = args.run_id
+    # The run id names a folder that --force deletes: it must stay one plain name.
+    if not run_id or run_id in (".", "..") or any(c in run_id for c in "/\\\0"):
+        raise UserError(f"--run-id must be a plain folder name, got {run_id!r}")
+
+
+def _prepare_run_dir(output: Path, run_id: str, force: bool) -> Path:
+    """Create ``output/run_id`` (empty), or explain in one line why it cannot be."""
+    if output.exists() and not output.is_dir():
+        raise UserError(f"--output {output} is not a directory")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        # Fail now, not after training, if nothing can be written here.
+        with tempfile.TemporaryFile(dir=output):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot write to --output {output}: {exc.strerror or exc}") from None
+    run_dir = output / run_id
+    if run_dir.exists() or run_dir.is_symlink():
+        if not force:
+            raise UserError(
+                f"{run_dir} already exists; choose another --run-id or pass --force to overwrite it"
+            )
+        try:
+            if run_dir.is_dir() and not run_dir.is_symlink():
+                shutil.rmtree(run_dir)
+            else:
+                run_dir.unlink()
+        except OSError as exc:
+            raise UserError(f"cannot remove {run_dir}: {exc.strerror or exc}") from None
+    try:
+        (run_dir / "run_logs").mkdir(parents=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
+    return run_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, shut telemetry down, then read the results back and write the report."""
+    _check_options(args)
+    # numpy and the trainer are imported only now: `otel-rl --help` stays fast.
+    import otel_rl
+    from otel_rl._internal.demo.training import TrainingOptions, run_training
+
+    run_dir = _prepare_run_dir(Path(args.output), args.run_id, args.force)
+    logs_dir = run_dir / "run_logs"
+    say: Callable[[str], None] = _quiet if args.quiet else _print
+    options = TrainingOptions(
+        run_dir=run_dir,
+        run_id=args.run_id,
+        max_steps=args.steps,
+        workers=args.workers,
+        seed=args.seed,
+        checkpoint_interval=args.checkpoint_interval,
+        start_method=args.start_method,
+    )
+    settings: dict[str, object] = {
+        "service_name": "otel-rl-demo",
+        "output_dir": str(logs_dir),
+        "run_id": args.run_id,
+    }
+    if args.spans is not None:
+        settings["spans"] = args.spans
+    otel_rl.configure(**settings)
+    try:
+        result = run_training(options, log=say)
+    finally:
+        otel_rl.shutdown()
+    tree_text, spans_written = _report(logs_dir)
+    if not args.quiet:
+        print()
+        print(tree_text, end="")
+        print()
+    print(f"Run folder:  {run_dir}")
+    print(f"Final model: {result.final_model}")
+    print(f"Checkpoints: {len(result.checkpoints)} in {run_dir / 'CartPole'}")
+    print(f"Timers:      {logs_dir / TIMERS_FILE}")
+    print(f"Spans:       {logs_dir / SPANS_FILE if spans_written else '(none written)'}")
+    print(f"Report:      {logs_dir / REPORT_FILE}")
+    return 0
+
+
+def _report(logs_dir: Path) -> tuple[str, bool]:
+    """Read back what shutdown wrote and write report.html; the tree view text, and
+    whether there was a spans file."""
+    from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+    from otel_rl._internal.tree import Tree
+    from otel_rl.renderers import html, treeview
+
+    timers_path = logs_dir / TIMERS_FILE
+    try:
+        tree = Tree.from_json(timers_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"training finished but {timers_path} was not written") from None
+    spans_path = logs_dir / SPANS_FILE
+    spans = read_otlp_json_file(spans_path) if spans_path.exists() else None
+    _write_text(logs_dir / REPORT_FILE, html.render(tree, spans, title="otel-rl demo"))
+    return treeview.render(tree), spans is not None
+
+
+def _write_text(path: Path, text: str) -> None:
+    # Write beside the target and rename, so nobody opens half a report.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _quiet(_line: str) -> None:
+    pass
