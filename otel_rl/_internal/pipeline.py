@@ -102,6 +102,7 @@ class OtlpSink:
         self._encoder = otlp_encode.Encoder()
         self._backoff_until = 0.0
         self._failures = 0
+        self._timeout = 10.0
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         from otel_rl._internal.sinks.otlp_transport import ExportError
@@ -119,6 +120,9 @@ class OtlpSink:
                 try:
                     if self._transport is None:
                         self._transport = self._factory()
+                        self._timeout = self._transport.timeout_s
+                    # Never wait on the network past the caller's deadline (shutdown).
+                    self._transport.timeout_s = max(0.05, min(self._timeout, deadline - now))
                     self._transport.send(data)
                 except ExportError as exc:
                     if exc.retryable:

@@ -126,6 +126,7 @@ class Runtime:
         if ctx is not None:
             budget = self.budget if ctx.budget is None else int(ctx.budget)
             self.trace = Trace(ctx.trace_id, budget if ctx.sampled else 0, buffer)
+            self.trace.n = 1  # reserved for this worker's process marker span
             self.remote_traces[ctx.trace_id] = self.trace
             self.run_span_id = ctx.span_id
             self.base = Base(self.trace, ctx.span_id, ctx.path, ctx.pid, ctx.tid)
@@ -134,6 +135,7 @@ class Runtime:
             self.root_run = (ctx.run_trace or ctx.trace_id, ctx.run_span or ctx.span_id)
         else:
             self.trace = Trace(recorder.new_trace_id(), self.budget, buffer)
+            self.trace.n = 1  # reserved for the run span
             self.run_span_id = recorder.new_span_id()
             self.base = None  # set in attach(), from the run stack's thread
             self.root_run = (self.trace.trace_id, self.run_span_id)
@@ -195,7 +197,7 @@ class Runtime:
         return OtlpTransport(
             endpoint=s.endpoint, protocol=s.protocol, headers=s.headers,
             compression=None if s.compression == "none" else s.compression,
-            timeout_s=min(s.timeout, s.shutdown_timeout), insecure=s.insecure,
+            timeout_s=s.timeout, insecure=s.insecure,
             certificate_file=s.certificate, client_key_file=s.client_key,
             client_certificate_file=s.client_certificate,
             traces_endpoint_is_full=s.traces_endpoint_is_full,
@@ -329,7 +331,8 @@ class Runtime:
                               gauges=wholerun.stack_gauges(stacks), metadata=metadata)
 
     def dropped_total(self) -> int:
-        return sum(self.stats.dropped.values()) + sum(st.dropped for st in recorder.all_stacks())
+        """Spans lost so far; buffer-full drops join `stats` when shutdown starts."""
+        return sum(self.stats.dropped.values())
 
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
