@@ -173,7 +173,7 @@ class FileSink:
         try:
             if self._file is None:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                self._file = open(self.path, "a", encoding="utf-8")
             line = json.dumps(otlp_encode.request_json(batches), separators=(",", ":"))
             self._file.write(line + "\n")
             self._file.flush()

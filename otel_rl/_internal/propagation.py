@@ -98,7 +98,7 @@ def get_context() -> dict[str, str]:
     return make_carrier(for_process=True)
 
 
-class attach_context:  # noqa: N801 - used like a function
+class attach_context:
     """Run the ``with`` body as if inside the block `carrier` came from; restores on exit.
 
     Blocks inside become children of that block's span and are counted under its path in

@@ -416,7 +416,7 @@ def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
 
 # --- The timed block --------------------------------------------------------------------------
 
-class hierarchical_timer:  # noqa: N801 - the ML-Agents name
+class hierarchical_timer:
     """Time a block of code; the block's `TimerNode` is the value of the ``with``.
 
     >>> with hierarchical_timer("update"):

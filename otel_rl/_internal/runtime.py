@@ -129,7 +129,7 @@ class Runtime:
             self.trace.n = 1  # reserved for this worker's process marker span
             self.remote_traces[ctx.trace_id] = self.trace
             self.run_span_id = ctx.span_id
-            self.base = Base(self.trace, ctx.span_id, ctx.path, ctx.pid, ctx.tid)
+            self.base: Base | None = Base(self.trace, ctx.span_id, ctx.path, ctx.pid, ctx.tid)
             # The main process's run span: worker marker spans hang there, since a worker
             # (a pool's, say) may outlive the block that started it.
             self.root_run = (ctx.run_trace or ctx.trace_id, ctx.run_span or ctx.span_id)
@@ -195,8 +195,9 @@ class Runtime:
         s = self.settings
         assert s.endpoint is not None
         return OtlpTransport(
-            endpoint=s.endpoint, protocol=s.protocol, headers=s.headers,
-            compression=None if s.compression == "none" else s.compression,
+            endpoint=s.endpoint, protocol=s.protocol,  # type: ignore[arg-type]
+            headers=s.headers,
+            compression=None if s.compression == "none" else "gzip",
             timeout_s=s.timeout, insecure=s.insecure,
             certificate_file=s.certificate, client_key_file=s.client_key,
             client_certificate_file=s.client_certificate,
