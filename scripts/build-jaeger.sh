@@ -33,17 +33,27 @@ build() {  # build <module-version> <output-binary>
     local version="$1" out="$2" work
     work="$(mktemp -d)"
     trap 'rm -rf "$work"' RETURN
-    local gomod
-    gomod="$(cd "$work" && printf 'module otelrl.local/jaegerbuild\n\ngo 1.25\n' > go.mod \
-        && go mod download -json "$MODULE@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+    local info gomod moddir
+    info="$(cd "$work" && printf 'module otelrl.local/jaegerbuild\n\ngo 1.25\n' > go.mod \
+        && go mod download -json "$MODULE@$version")" || return 1
+    gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<< "$info")"
+    moddir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<< "$info")"
     [[ -f "$gomod" ]] || return 1
+    # The Jaeger v2 release of this module version, from its CHANGELOG ("v1.76.0 / v2.13.0"),
+    # stamped into the binary so that `jaeger version` says which Jaeger it is.
+    local release
+    release="$(grep -m1 -oE "^${version} / v2\.[0-9]+\.[0-9]+" "$moddir/CHANGELOG.md" 2>/dev/null \
+        | sed 's/.* \///; s/^ *//')" || true
+    release="${release:-$version}"
     {
         printf 'module otelrl.local/jaegerbuild\n\ngo 1.25\n\nrequire %s %s\n\n' "$MODULE" "$version"
         # Jaeger's own replace directives, single-line and block forms.
         awk '/^replace \(/{b=1} b{print} b&&/^\)/{b=0} /^replace [^(]/{print}' "$gomod"
     } > "$work/go.mod"
     (cd "$work" && go get "$MODULE/cmd/jaeger@$version" >&2 \
-        && go build -trimpath -o "$out" "$MODULE/cmd/jaeger" >&2)
+        && go build -trimpath \
+            -ldflags "-X $MODULE/internal/version.latestVersion=$release -X $MODULE/internal/version.commitSHA=module-$version" \
+            -o "$out" "$MODULE/cmd/jaeger" >&2)
 }
 
 for version in $CANDIDATES; do

@@ -1,0 +1,159 @@
+"""``otel-rl import``: turn an existing ML-Agents ``timers.json`` into a synthetic trace.
+
+A timers.json keeps totals, not individual runs, so the trace is a layout, not a recording:
+one span per tree node lasting the node's total, children placed one after another from their
+parent's start. Every span says so (``otel_rl.synthetic=true``) and carries the node's count
+(``otel_rl.count``), which the tree builder reads back instead of counting spans — so
+``otel-rl tree`` on the imported trace gives back the same tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from otel_rl._internal import semconv
+from otel_rl._internal.cli.replay import add_endpoint_arguments, make_transport, send_all
+from otel_rl._internal.errors import UserError
+from otel_rl._internal.spandata import SpanData
+from otel_rl._internal.spandata_otlp import build_request, request_to_json_line
+from otel_rl._internal.tree import Tree, TreeNode
+
+#: Attributes only synthetic spans carry (the node's own time, and ML-Agents' parallel flag).
+SELF_SECONDS = "otel_rl.self_seconds"
+IS_PARALLEL = "otel_rl.is_parallel"
+DEFAULT_SERVICE_NAME = "otel-rl-import"
+ROOT_SPAN_NAME = "root"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="TIMERS_JSON", help="an ML-Agents timers.json")
+    add_endpoint_arguments(parser, required=False)
+    parser.add_argument(
+        "--service-name",
+        default=DEFAULT_SERVICE_NAME,
+        metavar="NAME",
+        help=f"service.name of the trace (default: {DEFAULT_SERVICE_NAME})",
+    )
+    parser.add_argument(
+        "--output", metavar="FILE", help="also (or only) write the spans as an OTLP-JSON file"
+    )
+
+
+def tree_to_spans(
+    tree: Tree, service_name: str, start_ns: int, trace_id: str | None = None
+) -> list[SpanData]:
+    """The synthetic trace for `tree`: the run span first, then its nodes depth-first.
+
+    Example::
+
+        spans = tree_to_spans(Tree.from_json(text), "ppo", start_ns=time.time_ns())
+    """
+    trace_id = trace_id or _random_id(16)
+    resource: dict[str, object] = {semconv.SERVICE_NAME: service_name}
+    root = tree.root
+    run_attributes: dict[str, object] = {
+        semconv.KIND: semconv.KIND_RUN,
+        semconv.SYNTHETIC: True,
+        semconv.COUNT: root.count,
+        SELF_SECONDS: root.self_time,
+    }
+    if root.is_parallel:
+        run_attributes[IS_PARALLEL] = True
+    for name, gauge in tree.gauges.items():
+        prefix = f"{semconv.GAUGE_PREFIX}{name}."
+        run_attributes[prefix + "value"] = float(gauge.value)
+        run_attributes[prefix + "min"] = float(gauge.min)
+        run_attributes[prefix + "max"] = float(gauge.max)
+        run_attributes[prefix + "count"] = int(gauge.count)
+    for key, value in tree.metadata.items():
+        run_attributes[semconv.METADATA_PREFIX + key] = value
+    run_span = SpanData(
+        trace_id=trace_id,
+        span_id=_random_id(8),
+        parent_span_id="",
+        name=ROOT_SPAN_NAME,
+        start_ns=start_ns,
+        end_ns=start_ns + _ns(root.total),
+        attributes=run_attributes,
+        resource=resource,
+    )
+    spans = [run_span]
+    _add_children(spans, root, run_span, resource)
+    return spans
+
+
+def _add_children(
+    spans: list[SpanData], node: TreeNode, parent: SpanData, resource: dict[str, object]
+) -> None:
+    cursor = parent.start_ns
+    for child in node.children.values():
+        attributes: dict[str, object] = {
+            semconv.SYNTHETIC: True,
+            semconv.COUNT: child.count,
+            SELF_SECONDS: child.self_time,
+        }
+        if child.is_parallel:
+            attributes[IS_PARALLEL] = True
+        span = SpanData(
+            trace_id=parent.trace_id,
+            span_id=_random_id(8),
+            parent_span_id=parent.span_id,
+            name=child.name,
+            start_ns=cursor,
+            end_ns=cursor + _ns(child.total),
+            attributes=attributes,
+            resource=resource,
+        )
+        spans.append(span)
+        cursor = span.end_ns
+        _add_children(spans, child, span, resource)
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+def _random_id(size: int) -> str:
+    while True:
+        raw = os.urandom(size)
+        if any(raw):  # all-zero ids are invalid in OTLP
+            return raw.hex()
+
+
+def _start_ns(tree: Tree) -> int:
+    """When the run started: ML-Agents' ``start_time_seconds`` metadata, else now minus its total."""
+    try:
+        start_s = float(tree.metadata.get("start_time_seconds", ""))
+    except ValueError:
+        start_s = 0.0
+    if start_s > 0:
+        return int(start_s * 1e9)
+    return time.time_ns() - _ns(tree.root.total)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.endpoint and not args.output:
+        raise UserError("nothing to do: give --endpoint to send the trace, --output to save it")
+    transport = make_transport(args) if args.endpoint else None
+    try:
+        text = Path(args.file).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    tree = Tree.from_json(text)
+    spans = tree_to_spans(tree, args.service_name, _start_ns(tree))
+    request = build_request(spans)
+    trace_id = spans[0].trace_id
+    if args.output:
+        try:
+            Path(args.output).write_text(request_to_json_line(request) + "\n")
+        except OSError as exc:
+            raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        print(f"wrote {len(spans)} spans to {args.output}")
+    if transport is not None:
+        send_all(transport, [(request.SerializeToString(), len(spans))], args.file)
+        print(f"sent {len(spans)} spans to {transport.url} ({args.protocol})")
+    print(f"trace id: {trace_id}")
+    return 0

@@ -1,0 +1,142 @@
+"""``otel-rl replay``: send a saved OTLP-JSON spans file to a collector or backend.
+
+The file is read through once before anything is sent, so a malformed line sends nothing. If
+the endpoint fails part-way, the command says how much arrived and exits non-zero — replaying
+again would duplicate what did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+
+from otel_rl._internal.errors import IncompleteResultError, UserError
+from otel_rl._internal.sinks.otlp_transport import (
+    GRPC_MAX_MESSAGE_BYTES,
+    ExportError,
+    OtlpTransport,
+)
+from otel_rl._internal.spandata_otlp import iter_spans_file, request_span_count, split_request
+
+#: Attempts per request for errors the OTLP specification calls transient.
+_ATTEMPTS = 3
+_BACKOFF_S = (0.5, 1.0)
+_MAX_RETRY_AFTER_S = 10.0
+#: Lines bigger than this are split before going over gRPC (receivers refuse > 4 MiB).
+_GRPC_SPLIT_BYTES = GRPC_MAX_MESSAGE_BYTES * 7 // 8
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="OTLP-JSON spans file (one request a line)")
+    add_endpoint_arguments(parser, required=True)
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    """The OTLP destination options shared by ``replay`` and ``import``."""
+    parser.add_argument(
+        "--endpoint",
+        required=required,
+        metavar="URL",
+        help="OTLP endpoint: host:port or http(s)://host:port for gRPC; "
+        "http(s)://host:port for HTTP (/v1/traces is appended)",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=("grpc", "http/protobuf"),
+        default="grpc",
+        help="OTLP transport (default: grpc)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="request header / gRPC metadata; repeatable",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext gRPC for an endpoint given without a scheme (default: TLS)",
+    )
+    parser.add_argument("--compression", choices=("gzip", "none"), default="none")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)"
+    )
+
+
+def make_transport(args: argparse.Namespace) -> OtlpTransport:
+    """An `OtlpTransport` from the endpoint arguments; a bad value is a `UserError`."""
+    headers = {}
+    for item in args.header:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--header {item!r}: expected K=V")
+        headers[key.strip()] = value.strip()
+    if not args.timeout > 0:
+        raise UserError(f"--timeout must be positive, not {args.timeout:g}")
+    try:
+        return OtlpTransport(
+            args.endpoint,
+            protocol=args.protocol,
+            headers=headers,
+            compression="gzip" if args.compression == "gzip" else None,
+            timeout_s=args.timeout,
+            insecure=True if args.insecure else None,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def send_all(transport: OtlpTransport, requests: Sequence[tuple[bytes, int]], what: str) -> None:
+    """Send ``(request, span count)`` pairs in order, retrying transient failures; then close.
+
+    Raises `UserError` if nothing arrived and `IncompleteResultError` if only part did.
+    """
+    total_spans = sum(count for _request, count in requests)
+    sent_spans = 0
+    try:
+        for request, count in requests:
+            parts = [request]
+            if transport.protocol == "grpc":
+                parts = split_request(request, _GRPC_SPLIT_BYTES)
+            for part in parts:
+                try:
+                    _send_with_retries(transport, part)
+                except ExportError as exc:
+                    if sent_spans == 0:
+                        raise UserError(f"could not send {what}: {exc.message}") from None
+                    raise IncompleteResultError(
+                        f"partly sent: only {sent_spans} of {total_spans} spans reached "
+                        f"{transport.url} before: {exc.message}"
+                    ) from None
+                sent_spans += count if len(parts) == 1 else request_span_count(part)
+    finally:
+        transport.close()
+
+
+def _send_with_retries(transport: OtlpTransport, request: bytes) -> None:
+    for attempt in range(_ATTEMPTS):
+        try:
+            transport.send(request)
+            return
+        except ExportError as exc:
+            if not exc.retryable or attempt == _ATTEMPTS - 1:
+                raise
+            delay = exc.retry_after_s if exc.retry_after_s is not None else _BACKOFF_S[attempt]
+            time.sleep(min(delay, _MAX_RETRY_AFTER_S))
+
+
+def run(args: argparse.Namespace) -> int:
+    transport = make_transport(args)
+    # Read the whole file first: a bad line must not leave half a file sent.
+    requests = [(request, count) for _lineno, request, count in iter_spans_file(args.file)]
+    total = sum(count for _request, count in requests)
+    if total == 0:
+        raise UserError(f"{args.file}: no spans to send")
+    send_all(transport, requests, args.file)
+    print(
+        f"sent {total} spans in {len(requests)} requests from {args.file} "
+        f"to {transport.url} ({args.protocol})"
+    )
+    return 0
