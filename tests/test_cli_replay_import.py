@@ -436,6 +436,7 @@ def test_import_output_file_is_read_back_by_the_tree_builder(
         assert again is not None, node_path
         assert again.count == node["count"]
         assert again.total == pytest.approx(node["total"], abs=1e-9)
+        assert again.is_parallel is node.get("is_parallel", False), node_path
     assert rebuilt.root.total == pytest.approx(original.root.total, abs=1e-9)
     assert rebuilt.gauges["reward"].max == 2.0
     assert rebuilt.metadata["trainer"] == "ppo"

@@ -21,6 +21,9 @@ SAMPLED = "otel_rl.sampled"
 SYNTHETIC = "otel_rl.synthetic"
 #: On synthetic spans: how many times the block ran (the span's duration is the node's total).
 COUNT = "otel_rl.count"
+#: On synthetic spans: the node's self time in seconds, and ML-Agents' is_parallel flag.
+SELF_SECONDS = "otel_rl.self_seconds"
+IS_PARALLEL = "otel_rl.is_parallel"
 #: Prefixes on run/process spans: gauges as `<prefix><name>.value|min|max|count`, metadata as
 #: `<prefix><key>` (string values).
 GAUGE_PREFIX = "otel_rl.gauge."

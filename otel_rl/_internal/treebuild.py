@@ -227,6 +227,8 @@ class _Builder:
             return parent  # transparent: its children hang under (and compare with) its parent
         own = _ident(span)
         differs = _differs(own, parent.ident)
+        if span.attributes.get(semconv.SYNTHETIC) is True and span.attributes.get(semconv.IS_PARALLEL):
+            differs = True  # `otel-rl import` keeps ML-Agents' flag as an attribute
         path = (*parent.path, span.name)
         info = _Info(
             node=parent.node.child(span.name),

@@ -22,8 +22,8 @@ from otel_rl._internal.spandata_otlp import build_request, request_to_json_line
 from otel_rl._internal.tree import Tree, TreeNode
 
 #: Attributes only synthetic spans carry (the node's own time, and ML-Agents' parallel flag).
-SELF_SECONDS = "otel_rl.self_seconds"
-IS_PARALLEL = "otel_rl.is_parallel"
+SELF_SECONDS = semconv.SELF_SECONDS
+IS_PARALLEL = semconv.IS_PARALLEL
 DEFAULT_SERVICE_NAME = "otel-rl-import"
 ROOT_SPAN_NAME = "root"
 
