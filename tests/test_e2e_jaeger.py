@@ -151,3 +151,26 @@ def test_long_auto_run_stays_within_the_budget_in_jaeger(jaeger: Any, jaeger_ser
         assert len(spans) <= budget
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert node_count(tree, "start_learning", "advance") == 600
+
+
+def test_demo_sends_its_spans_to_the_endpoint_in_the_environment(jaeger: Any, jaeger_service: str,
+                                                                 tmp_path: Path) -> None:
+    env = {**__import__("os").environ, "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint,
+           "OTEL_SERVICE_NAME": jaeger_service}
+    proc = subprocess.run([sys.executable, "-m", "otel_rl", "demo", "--workers", "2",
+                           "--steps", "2000", "--spans", "all", "--output", str(tmp_path),
+                           "--run-id", "e2e", "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run_logs = tmp_path / "e2e" / "run_logs"
+    written = read_otlp_json_file(run_logs / "spans.otlp.jsonl")
+    trace_id = written[0].trace_id
+    spans = parse_jaeger(jaeger.wait_for_spans(trace_id, len(written), timeout=30))
+    assert len(spans) == len(written)
+    assert {s.resource["service.name"] for s in spans} == {jaeger_service}
+    out = tmp_path / "from_jaeger.json"
+    tree_cli = subprocess.run([sys.executable, "-m", "otel_rl", "tree", "--jaeger", jaeger.query_url,
+                               "--trace-id", trace_id, "-o", str(out)], capture_output=True, text=True)
+    assert tree_cli.returncode == 0, tree_cli.stderr
+    timers = json.loads((run_logs / "timers.json").read_text())
+    assert shape(json.loads(out.read_text())) == shape(timers)

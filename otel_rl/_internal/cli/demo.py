@@ -152,10 +152,11 @@ def run(args: argparse.Namespace) -> int:
         start_method=args.start_method,
     )
     settings: dict[str, object] = {
-        "service_name": "otel-rl-demo",
         "output_dir": str(logs_dir),
         "run_id": args.run_id,
     }
+    if not (os.environ.get("OTEL_RL_SERVICE_NAME") or os.environ.get("OTEL_SERVICE_NAME")):
+        settings["service_name"] = "otel-rl-demo"  # a default the environment can override
     if args.spans is not None:
         settings["spans"] = args.spans
     otel_rl.configure(**settings)
