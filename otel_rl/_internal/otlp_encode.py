@@ -82,39 +82,52 @@ def _scope() -> bytes:
 _SCOPE = _scope()
 
 
+_IDS = struct.Struct(">BBQ")  # span_id (field 2), big-endian bytes
+_IDS_PARENT = struct.Struct(">BBQBBQ")  # span_id (field 2) and parent_span_id (field 4)
+
+
 class _Encoder:
-    """Caches the bytes that repeat: span names and per-thread attributes."""
+    """Caches the bytes that repeat: trace ids, and span names with per-thread attributes.
+
+    Protobuf fields may come in any order, so a span is a handful of ready-made pieces:
+    trace id, span/parent ids, name + kind + thread attributes, start/end times.
+    """
 
     def __init__(self) -> None:
-        self.names: dict[str, bytes] = {}
-        self.threads: dict[tuple[int, str], bytes] = {}
+        self.names: dict[tuple[str, int, str], bytes] = {}
+        self.traces: dict[int, bytes] = {}
 
-    def name(self, name: str) -> bytes:
-        cached = self.names.get(name)
+    def _name_thread(self, name: str, tid: int, tname: str) -> bytes:
+        key = (name, tid, tname)
+        cached = self.names.get(key)
         if cached is None:
-            cached = self.names[name] = _len_field(5, name.encode("utf-8", "replace")) + b"\x30\x01"
+            if len(self.names) > 65536:
+                self.names.clear()
+            attrs = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}
+            cached = self.names[key] = (_len_field(5, name.encode("utf-8", "replace"))
+                                        + b"\x30\x01" + _attributes(9, attrs))
         return cached
 
-    def thread(self, tid: int, tname: str) -> bytes:
-        key = (tid, tname)
-        cached = self.threads.get(key)
+    def _trace(self, trace_id: int) -> bytes:
+        cached = self.traces.get(trace_id)
         if cached is None:
-            attrs = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}
-            cached = self.threads[key] = _attributes(9, attrs)
+            if len(self.traces) > 4096:
+                self.traces.clear()
+            cached = self.traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
         return cached
 
     def span(self, record: Sequence[Any], offset: int, thread_names: Mapping[int, str]) -> bytes:
         sid, psid, name, start, end, tid, trace_id, extra = record
-        parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", sid.to_bytes(8, "big")]
-        if psid:
-            parts += (b"\x22\x08", psid.to_bytes(8, "big"))
-        parts.append(self.name(name))
-        parts.append(_TIMES.pack(0x39, start + offset, 0x41, end + offset))
-        parts.append(self.thread(tid, thread_names.get(tid, "")))
+        body = (self._trace(trace_id)
+                + (_IDS_PARENT.pack(0x12, 8, sid, 0x22, 8, psid) if psid else _IDS.pack(0x12, 8, sid))
+                + self._name_thread(name, tid, thread_names.get(tid, ""))
+                + _TIMES.pack(0x39, start + offset, 0x41, end + offset))
         if extra:
-            parts.append(_extra(extra, end + offset))
-        body = b"".join(parts)
-        return b"\x12" + _varint(len(body)) + body  # ScopeSpans.spans (field 2)
+            body += _extra(extra, end + offset)
+        n = len(body)
+        if n < 128:
+            return b"\x12" + bytes((n,)) + body  # ScopeSpans.spans (field 2)
+        return b"\x12" + _varint(n) + body
 
 
 def _extra(extra: Mapping[str, Any], end_ns: int) -> bytes:
