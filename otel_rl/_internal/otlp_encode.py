@@ -8,6 +8,7 @@ format. Both take `Batch`es: records that share a resource, a clock offset and t
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -242,3 +243,45 @@ def request_json(batches: Iterable[Batch]) -> dict[str, Any]:
                             "spans": spans}],
         })
     return {"resourceSpans": resource_spans}
+
+
+class JsonEncoder:
+    """OTLP/JSON lines built from cached string pieces (same content as `request_json`)."""
+
+    def __init__(self) -> None:
+        self.names: dict[tuple[str, int, str], str] = {}
+
+    def _name_thread(self, name: str, tid: int, tname: str) -> str:
+        key = (name, tid, tname)
+        cached = self.names.get(key)
+        if cached is None:
+            if len(self.names) > 65536:
+                self.names.clear()
+            attrs = json.dumps(json_attributes({semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}),
+                               separators=(",", ":"))
+            cached = self.names[key] = f',"name":{json.dumps(name)},"kind":1,"attributes":{attrs}'
+        return cached
+
+    def span(self, record: Sequence[Any], offset: int, thread_names: Mapping[int, str]) -> str:
+        sid, psid, name, start, end, tid, trace_id, extra = record
+        if extra:
+            return json.dumps(_json_span(record, offset, thread_names), separators=(",", ":"))
+        parent = f"{psid:016x}" if psid else ""
+        return (f'{{"traceId":"{trace_id:032x}","spanId":"{sid:016x}","parentSpanId":"{parent}"'
+                f'{self._name_thread(name, tid, thread_names.get(tid, ""))}'
+                f',"startTimeUnixNano":"{start + offset}","endTimeUnixNano":"{end + offset}"'
+                ',"status":{}}')
+
+    def request_line(self, batches: Iterable[Batch]) -> str:
+        """One ``ExportTraceServiceRequest`` as a line of OTLP/JSON (no newline)."""
+        parts = []
+        for batch in batches:
+            if not batch.records:
+                continue
+            resource = json.dumps({"attributes": json_attributes(batch.resource)},
+                                  separators=(",", ":"))
+            spans = ",".join([self.span(r, batch.offset_ns, batch.thread_names)
+                              for r in batch.records])
+            parts.append(f'{{"resource":{resource},"scopeSpans":[{{"scope":{{"name":"{SCOPE_NAME}",'
+                         f'"version":"{SCOPE_VERSION}"}},"spans":[{spans}]}}]}}')
+        return '{"resourceSpans":[' + ",".join(parts) + "]}"

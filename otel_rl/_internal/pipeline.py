@@ -9,7 +9,6 @@ and the spans it cost are counted.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -165,6 +164,7 @@ class FileSink:
         self.path = path
         self._stats = stats
         self._file: Any = None
+        self._encoder = otlp_encode.JsonEncoder()
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         n = _count(batches)
@@ -174,7 +174,7 @@ class FileSink:
             if self._file is None:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 self._file = open(self.path, "a", encoding="utf-8")
-            line = json.dumps(otlp_encode.request_json(batches), separators=(",", ":"))
+            line = self._encoder.request_line(batches)
             self._file.write(line + "\n")
             self._file.flush()
             self._stats.add_exported(self.name, n)
