@@ -1,0 +1,134 @@
+"""Keep the benchmarks from rotting: run them at tiny sizes and check what they report.
+
+No timing is asserted (machines are shared and noisy); what is asserted is that each benchmark
+runs to the end, prints its tables, and that every span it exported reached the receiver.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"otel_rl_benchmarks_{name}",
+                                                  BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`run_all.py --smoke` once for the module: its exit status, output and JSON results."""
+    output = tmp_path_factory.mktemp("bench") / "latest.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke",
+                           "--output", str(output)],
+                          capture_output=True, text=True, timeout=240, check=False)
+    results = json.loads(output.read_text()) if output.exists() else None
+    return {"status": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
+            "results": results}
+
+
+def test_run_all_exits_zero_and_writes_results(smoke_run: dict[str, Any]) -> None:
+    assert smoke_run["status"] == 0, smoke_run["stdout"][-3000:] + smoke_run["stderr"][-3000:]
+    results = smoke_run["results"]
+    assert results is not None and results["failed"] == []
+    for name in ("bench_core", "bench_workers"):
+        assert results["benchmarks"][name]["exit_status"] == 0
+        assert results["benchmarks"][name]["results"]["summary"]
+
+
+def test_benchmarks_print_their_markdown_tables(smoke_run: dict[str, Any]) -> None:
+    out = smoke_run["stdout"]
+    for heading in ("### Per timed block", "### (d) Memory per buffered span", "### Workers:"):
+        assert heading in out
+    for row in ("| anchor 1: ML-Agents", "| anchor 2: OTel SDK", "| (a) otel_rl `spans=auto`",
+                "| (b) otel_rl `spans=all`", "| (c) otel_rl `disabled=True`",
+                "| (e) otel_rl unconfigured", "| otel_rl record in the buffer",
+                "| anchor: ML-Agents", "| plain worker"):
+        assert row in out, row
+    assert "CHECKS FAILED" not in out
+
+
+def test_every_exported_span_reaches_the_receiver(smoke_run: dict[str, Any]) -> None:
+    benches = smoke_run["results"]["benchmarks"]
+    core = benches["bench_core"]["results"]
+    cfg = core["config"]
+    for sample in core["samples"]["all"]:
+        # spans=all: every block of every nest, plus the run span, nothing dropped.
+        assert sample["expected"] == 3 * cfg["nests"] + 1
+        assert sample["received"] == sample["expected"]
+        assert sample["dropped"] == 0
+    for sample in core["samples"]["otel_sdk"]:
+        assert sample["received"] == sample["expected"] == 3 * cfg["sdk_nests"]
+    for sample in core["samples"]["auto"]:
+        assert sample["received"] == sample["expected"] > 0
+    workers = benches["bench_workers"]["results"]
+    wcfg = workers["config"]
+    for variant, extra in (("otel_rl", wcfg["workers"] + 2), ("otel_sdk", 0)):
+        for sample in workers["samples"][variant]:
+            assert sample["expected"] == wcfg["workers"] * wcfg["blocks"] + extra
+            assert sample["received"] == sample["expected"]
+            assert sample["checks"] == []
+
+
+def test_memory_is_measured_for_both_buffers(smoke_run: dict[str, Any]) -> None:
+    memory = smoke_run["results"]["benchmarks"]["bench_core"]["results"]["memory"]
+    kinds = {(m["kind"], m["method"]): m for m in memory}
+    assert set(kinds) == {(k, m) for k in ("otel_rl", "otel_sdk") for m in ("tracemalloc", "rss")}
+    for m in memory:
+        assert m["spans"] == 3 * 300  # --smoke holds 300 nests of 3 blocks
+    # A held record is some bytes, not nothing and not megabytes.
+    assert 16 < kinds[("otel_rl", "tracemalloc")]["bytes_per_span"] < 100_000
+
+
+def test_receiver_counts_spans_sent_over_http_and_grpc() -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    receiver_module = _load("_receiver")
+    with receiver_module.ReceiverProcess() as receiver:
+        provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(SimpleSpanProcessor(
+            GrpcExporter(endpoint=receiver.grpc_endpoint, insecure=True)))
+        tracer = provider.get_tracer("smoke")
+        for name in ("a", "b", "c"):
+            with tracer.start_as_current_span(name):
+                pass
+        provider.shutdown()
+        assert receiver.wait_for(3, timeout=20) == 3  # SimpleSpanProcessor: a request per span
+        request = ExportTraceServiceRequest()
+        spans = request.resource_spans.add().scope_spans.add().spans
+        for i in range(2):
+            spans.add(trace_id=b"\x01" * 16, span_id=bytes([i + 1]) * 8, name=f"s{i}")
+        good = urllib.request.Request(f"{receiver.http_endpoint}/v1/traces",
+                                      data=request.SerializeToString(),
+                                      headers={"Content-Type": "application/x-protobuf"})
+        with urllib.request.urlopen(good, timeout=10) as response:
+            assert response.status == 200
+        # A request that is not an ExportTraceServiceRequest is refused and not counted.
+        bad = urllib.request.Request(f"{receiver.http_endpoint}/v1/traces", data=b"\xff\xff",
+                                     headers={"Content-Type": "application/x-protobuf"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=10)
+        assert err.value.code == 400
+        assert receiver.counts() == {"spans": 5, "requests": 4}
