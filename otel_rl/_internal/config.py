@@ -7,16 +7,12 @@ falls back to the next source (a typo in a shell must not break a training run).
 
 from __future__ import annotations
 
-import logging
 import os
-import secrets
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
 from typing import Any
 
-logger = logging.getLogger("otel_rl")
+from otel_rl._internal import log
 
 SPAN_POLICIES = ("all", "auto", "off")
 PROTOCOLS = ("grpc", "http/protobuf")
@@ -72,6 +68,8 @@ def _parse_nonempty(text: str) -> str:
 def parse_key_values(text: str) -> dict[str, str]:
     """Parse the W3C-baggage-like ``k=v,k2=v2`` lists of ``OTEL_*_HEADERS`` and
     ``OTEL_RESOURCE_ATTRIBUTES`` (values are URL-decoded)."""
+    import urllib.parse
+
     result: dict[str, str] = {}
     for item in text.split(","):
         if not item.strip():
@@ -83,15 +81,16 @@ def parse_key_values(text: str) -> dict[str, str]:
     return result
 
 
-@dataclass(frozen=True)
 class _Setting:
-    name: str
-    env: tuple[str, ...]  # OTEL_RL_* first, then standard OTEL_* in precedence order
-    parse: Callable[[str], Any]
-    default: Any
-    doc: str
-    #: Validates/normalises an explicit argument; raises ValueError.
-    check: Callable[[Any], Any] | None = None
+    """One row of the table: name, environment variables (OTEL_RL_* first, then standard
+    OTEL_* in precedence order), parser, default, meaning, and a check for arguments."""
+
+    __slots__ = ("check", "default", "doc", "env", "name", "parse")
+
+    def __init__(self, name: str, env: tuple[str, ...], parse: Callable[[str], Any], default: Any,
+                 doc: str, check: Callable[[Any], Any] | None = None) -> None:
+        self.name, self.env, self.parse, self.default = name, env, parse, default
+        self.doc, self.check = doc, check
 
 
 def _check_choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
@@ -225,37 +224,59 @@ TABLE: tuple[_Setting, ...] = (
 _BY_NAME = {s.name: s for s in TABLE}
 
 
-@dataclass
-class Settings:
-    """Resolved settings. Build with `resolve`."""
+_SETTINGS_DEFAULTS: dict[str, Any] = {
+    "service_name": "unknown_service:python", "endpoint": None, "traces_endpoint_is_full": False,
+    "protocol": "http/protobuf", "headers": {}, "compression": "none", "timeout": 10.0,
+    "insecure": None, "certificate": None, "client_key": None, "client_certificate": None,
+    "disabled": False, "resource_attributes": {}, "output_dir": None, "run_id": "",
+    "spans": "auto", "span_budget": 10_000, "sample_every": 100, "max_buffer": 500_000,
+    "flush_interval": 2.0, "batch_size": 2048, "shutdown_timeout": 5.0, "propagate": True,
+    "inherit_context": True, "worker_role": None, "worker_index": None, "exporters": (),
+}
 
-    service_name: str = "unknown_service:python"
-    endpoint: str | None = None
-    traces_endpoint_is_full: bool = False
-    protocol: str = "http/protobuf"
-    headers: dict[str, str] = field(default_factory=dict)
-    compression: str = "none"
-    timeout: float = 10.0
-    insecure: bool | None = None
-    certificate: str | None = None
-    client_key: str | None = None
-    client_certificate: str | None = None
-    disabled: bool = False
-    resource_attributes: dict[str, str] = field(default_factory=dict)
-    output_dir: str | None = None
-    run_id: str = ""
-    spans: str = "auto"
-    span_budget: int = 10_000
-    sample_every: int = 100
-    max_buffer: int = 500_000
-    flush_interval: float = 2.0
-    batch_size: int = 2048
-    shutdown_timeout: float = 5.0
-    propagate: bool = True
-    inherit_context: bool = True
-    worker_role: str | None = None
-    worker_index: int | None = None
-    exporters: tuple[Any, ...] = ()
+
+class Settings:
+    """Resolved settings (build with `resolve`). A plain class, not a dataclass: worker
+    processes import this at start-up, and `dataclasses` costs milliseconds to import."""
+
+    service_name: str
+    endpoint: str | None
+    traces_endpoint_is_full: bool
+    protocol: str
+    headers: dict[str, str]
+    compression: str
+    timeout: float
+    insecure: bool | None
+    certificate: str | None
+    client_key: str | None
+    client_certificate: str | None
+    disabled: bool
+    resource_attributes: dict[str, str]
+    output_dir: str | None
+    run_id: str
+    spans: str
+    span_budget: int
+    sample_every: int
+    max_buffer: int
+    flush_interval: float
+    batch_size: int
+    shutdown_timeout: float
+    propagate: bool
+    inherit_context: bool
+    worker_role: str | None
+    worker_index: int | None
+    exporters: tuple[Any, ...]
+
+    def __init__(self, **values: Any) -> None:
+        for name, default in _SETTINGS_DEFAULTS.items():
+            value = values.pop(name, default)
+            setattr(self, name, dict(value) if isinstance(value, dict) else value)
+        if values:
+            raise TypeError(f"unknown settings: {', '.join(sorted(values))}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in _SETTINGS_DEFAULTS if k != "headers")
+        return f"Settings({shown})"
 
 
 _warned: set[str] = set()
@@ -264,7 +285,7 @@ _warned: set[str] = set()
 def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        logger.warning(message)
+        log.warning(message)
 
 
 def _from_env(setting: _Setting, environ: Mapping[str, str]) -> tuple[Any, str | None]:
@@ -284,7 +305,7 @@ def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = No
     """Resolve every setting: argument > OTEL_RL_* > OTEL_* > default."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    known = {f.name for f in fields(Settings)}
+    known = set(_SETTINGS_DEFAULTS)
     for name in arguments:
         if name not in known or name == "traces_endpoint_is_full":
             raise ValueError(f"unknown otel_rl setting {name!r}")
@@ -316,7 +337,7 @@ def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = No
             "service.name", "unknown_service:python"
         )
     if not settings.run_id:
-        settings.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+        settings.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
     if settings.endpoint is not None and settings.endpoint.lower() in ("none", "off"):
         settings.endpoint = None
     return settings

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from otel_rl._internal import semconv
@@ -22,15 +21,19 @@ KIND_INTERNAL = 1
 STATUS_ERROR = 2
 
 
-@dataclass
 class Batch:
     """Records from one process: `resource` attributes, `offset_ns` turning record times
     (perf_counter_ns) into Unix epoch ns, and thread names by thread id."""
 
-    resource: Mapping[str, Any]
-    offset_ns: int
-    records: Sequence[Sequence[Any]]
-    thread_names: Mapping[int, str] = field(default_factory=dict)
+    __slots__ = ("offset_ns", "records", "resource", "thread_names")
+
+    def __init__(self, resource: Mapping[str, Any], offset_ns: int,
+                 records: Sequence[Sequence[Any]],
+                 thread_names: Mapping[int, str] | None = None) -> None:
+        self.resource = resource
+        self.offset_ns = offset_ns
+        self.records = records
+        self.thread_names = thread_names if thread_names is not None else {}
 
 
 # --- protobuf wire primitives -----------------------------------------------------------------

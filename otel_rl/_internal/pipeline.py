@@ -9,7 +9,6 @@ and the spans it cost are counted.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -17,10 +16,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from otel_rl._internal import otlp_encode
+from otel_rl._internal import log, otlp_encode
 from otel_rl._internal.otlp_encode import Batch
-
-logger = logging.getLogger("otel_rl")
 
 
 class Sink(Protocol):
@@ -57,7 +54,7 @@ class Stats:
                 return
             self._warned.add(key)
             self.errors.append(message)
-        logger.warning("otel_rl: %s", message)
+        log.warning("otel_rl: %s", message)
 
 
 def _count(batches: Sequence[Batch]) -> int:

@@ -15,11 +15,9 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import random
 import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -251,7 +249,8 @@ _registry_lock = threading.Lock()
 on_new_stack: Callable[[TimerStack], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
 buffer_cap = 0
-_ids = itertools.count(random.getrandbits(62) | 1)
+_ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
+_random: Any = None
 
 
 def _register_stack(stack: TimerStack) -> None:
@@ -299,14 +298,19 @@ def new_span_id() -> int:
 
 
 def new_trace_id() -> int:
-    return random.getrandbits(128) or 1
+    global _random
+    if _random is None:  # imported on first use: worker start-up does not pay for it
+        import random
+
+        _random = random.Random(os.urandom(16))
+    return _random.getrandbits(128) or 1  # type: ignore[no-any-return]
 
 
 def reseed_ids() -> None:
-    """After a fork: a fresh id sequence so parent and child never collide."""
-    global _ids
-    random.seed()
-    _ids = itertools.count(random.getrandbits(62) | 1)
+    """After a fork: fresh id sequences so parent and child never collide."""
+    global _ids, _random
+    _random = None
+    _ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
 
 
 def reset_after_fork() -> TimerStack:
@@ -400,6 +404,8 @@ def _end_iteration(trace: Trace, record: Record) -> None:
 
 def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
                  tb: TracebackType | None) -> dict[str, Any]:
+    import traceback
+
     try:
         stack = "".join(traceback.format_exception(exc_type, exc, tb))
     except Exception:  # a broken __str__ must not break the training loop

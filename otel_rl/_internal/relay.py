@@ -8,21 +8,17 @@ the socket is ever unpickled. One server thread multiplexes every worker with `s
 from __future__ import annotations
 
 import json
-import logging
 import os
 import selectors
-import shutil
 import socket
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from otel_rl._internal import log
 from otel_rl._internal.otlp_encode import Batch
-
-logger = logging.getLogger("otel_rl")
 
 _HEADER = struct.Struct("!IB")
 KIND_BATCH = 1
@@ -42,6 +38,8 @@ class RelayServer:
                  on_snapshot: Callable[[dict[str, Any]], None]) -> None:
         self._on_batch = on_batch
         self._on_snapshot = on_snapshot
+        import tempfile
+
         self._dir = tempfile.mkdtemp(prefix="otel-rl-")
         os.chmod(self._dir, 0o700)
         self.address = os.path.join(self._dir, "relay.sock")
@@ -101,7 +99,7 @@ class RelayServer:
         while len(buf) >= _HEADER.size:
             length, kind = _HEADER.unpack_from(buf)
             if length > MAX_FRAME:
-                logger.warning("otel_rl: relay frame too large (%d bytes); closing", length)
+                log.warning("otel_rl: relay frame too large (%d bytes); closing", length)
                 self._close(conn)
                 return True
             if len(buf) < _HEADER.size + length:
@@ -121,7 +119,7 @@ class RelayServer:
             elif kind == KIND_SNAPSHOT:
                 self._on_snapshot(payload)
         except Exception as exc:  # a malformed frame costs that frame only
-            logger.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
+            log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 
     def _close(self, conn: socket.socket) -> None:
         try:
@@ -158,6 +156,8 @@ class RelayServer:
                 s.close()
             except OSError:
                 pass
+        import shutil
+
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -9,46 +9,42 @@ from __future__ import annotations
 
 import atexit
 import json
-import logging
 import os
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-from otel_rl._internal import recorder, semconv, wholerun
+from otel_rl._internal import log, recorder, semconv, wholerun
 from otel_rl._internal.config import Settings, resolve
 from otel_rl._internal.pipeline import FileSink, OtlpSink, Pipeline, SpanExporterSink, Stats
 from otel_rl._internal.recorder import Base, IterationPolicy, TimerStack, Trace
-
-logger = logging.getLogger("otel_rl")
 
 TIMERS_FILE = "timers.json"
 SPANS_FILE = "spans.otlp.jsonl"
 VERSION = "0.1.0"
 
 
-@dataclass
 class Context:
     """A parsed carrier: where in which trace a worker continues."""
 
-    trace_id: int
-    span_id: int
-    sampled: bool
-    path: tuple[str, ...] = ()
-    pid: int = 0
-    tid: int = 0
-    relay: str | None = None
-    offset_ns: int | None = None
-    run_id: str | None = None
-    budget: int | None = None
-    role: str | None = None
-    index: int | None = None
-    run_trace: int | None = None
-    run_span: int | None = None
+    def __init__(self, trace_id: int, span_id: int, sampled: bool) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.sampled = sampled
+        self.path: tuple[str, ...] = ()
+        self.pid = 0
+        self.tid = 0
+        self.relay: str | None = None
+        self.offset_ns: int | None = None
+        self.run_id: str | None = None
+        self.budget: int | None = None
+        self.role: str | None = None
+        self.index: int | None = None
+        self.run_trace: int | None = None
+        self.run_span: int | None = None
 
 
 def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
@@ -85,7 +81,7 @@ def parse_carrier(carrier: dict[str, str]) -> Context | None:
             if data.get("run"):
                 ctx.run_trace, ctx.run_span = (int(x, 16) for x in data["run"])
         except (ValueError, TypeError, AttributeError):
-            logger.warning("otel_rl: ignoring a malformed otel_rl context carrier")
+            log.warning("otel_rl: ignoring a malformed otel_rl context carrier")
     return ctx
 
 
@@ -179,7 +175,7 @@ class Runtime:
                 self.relay_client = RelayClient(ctx.relay, self.stats)
                 return [self.relay_client]
             except OSError:
-                logger.info("otel_rl: parent relay unreachable; this process exports on its own")
+                log.info("otel_rl: parent relay unreachable; this process exports on its own")
         sinks: list[Any] = []
         if s.endpoint:
             sinks.append(OtlpSink(self._transport_factory, s.batch_size, self.stats, s.endpoint))
@@ -376,7 +372,7 @@ class Runtime:
         if dropped:
             total = sum(dropped.values())
             reasons = "; ".join(f"{reason}: {n}" for reason, n in dropped.items())
-            logger.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
+            log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
 
 
 # --- module state -----------------------------------------------------------------------------
@@ -437,7 +433,7 @@ def shutdown(timeout: float | None = None) -> None:
     try:
         rt.shutdown(rt.settings.shutdown_timeout if timeout is None else max(0.0, timeout))
     except Exception as exc:  # shutdown runs at exit; it must never raise into the program
-        logger.warning("otel_rl: shutdown failed: %r", exc)
+        log.warning("otel_rl: shutdown failed: %r", exc)
 
 
 def _at_exit() -> None:
