@@ -14,6 +14,7 @@ import socket
 import struct
 import threading
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,12 +24,71 @@ from otel_rl._internal.otlp_encode import Batch
 _HEADER = struct.Struct("!IB")
 KIND_BATCH = 1
 KIND_SNAPSHOT = 2
+KIND_COLUMNS = 3
 MAX_FRAME = 256 * 1024 * 1024
+_LEN = struct.Struct("!I")
+#: Record columns as arrays: span id, parent id, name index, start, end, thread id, trace index.
+_COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
 def _encode(kind: int, payload: Any) -> bytes:
     body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
     return _HEADER.pack(len(body), kind) + body
+
+
+def encode_columns(batch: Batch) -> bytes:
+    """A batch as a frame of typed columns (array bytes) plus a small JSON header for the
+    names, trace ids, rare extras and the resource: about 4x cheaper than JSON records, and
+    still nothing that runs code when read."""
+    records = batch.records
+    sids, psids, names, starts, ends, tids, traces, extras = zip(*records, strict=True)
+    name_ix: dict[str, int] = {}
+    trace_ix: dict[int, int] = {}
+    columns = (
+        array("Q", sids), array("Q", psids),
+        array("I", [name_ix.setdefault(n, len(name_ix)) for n in names]),
+        array("q", starts), array("q", ends), array("Q", tids),
+        array("I", [trace_ix.setdefault(t, len(trace_ix)) for t in traces]),
+    )
+    header = json.dumps({
+        "resource": dict(batch.resource), "offset_ns": batch.offset_ns,
+        "threads": {str(k): v for k, v in batch.thread_names.items()}, "n": len(records),
+        "names": list(name_ix), "traces": [f"{t:x}" for t in trace_ix],
+        "extras": {str(i): e for i, e in enumerate(extras) if e is not None},
+    }, separators=(",", ":")).encode("utf-8")
+    body = b"".join([_LEN.pack(len(header)), header, *(c.tobytes() for c in columns)])
+    return _HEADER.pack(len(body), KIND_COLUMNS) + body
+
+
+def decode_columns(body: bytes) -> Batch:
+    """The inverse of `encode_columns`; raises ValueError on a malformed frame."""
+    if len(body) < _LEN.size:
+        raise ValueError("truncated frame")
+    (header_len,) = _LEN.unpack_from(body)
+    header = json.loads(body[_LEN.size:_LEN.size + header_len])
+    n = int(header["n"])
+    offset = _LEN.size + header_len
+    columns = []
+    for code in _COLUMN_CODES:
+        column = array(code)
+        size = n * column.itemsize
+        column.frombytes(body[offset:offset + size])
+        if len(column) != n:
+            raise ValueError("truncated column")
+        columns.append(column)
+        offset += size
+    if offset != len(body):
+        raise ValueError("trailing bytes")
+    names = [str(x) for x in header["names"]]
+    traces = [int(x, 16) for x in header["traces"]]
+    extras: list[Any] = [None] * n
+    for index, extra in header["extras"].items():
+        extras[int(index)] = extra
+    sids, psids, name_idx, starts, ends, tids, trace_idx = columns
+    records = list(zip(sids, psids, [names[i] for i in name_idx], starts, ends, tids,
+                       [traces[i] for i in trace_idx], extras, strict=True))
+    return Batch(header["resource"], int(header["offset_ns"]), records,
+                 {int(k): v for k, v in header["threads"].items()})
 
 
 class RelayServer:
@@ -111,6 +171,9 @@ class RelayServer:
 
     def _dispatch(self, kind: int, body: bytes) -> None:
         try:
+            if kind == KIND_COLUMNS:
+                self._on_batch(decode_columns(body))
+                return
             payload = json.loads(body)
             if kind == KIND_BATCH:
                 self._on_batch(Batch(payload["resource"], int(payload["offset_ns"]),
@@ -191,12 +254,7 @@ class RelayClient:
         for batch in batches:
             if not batch.records:
                 continue
-            frame = _encode(KIND_BATCH, {"resource": dict(batch.resource),
-                                         "offset_ns": batch.offset_ns,
-                                         "records": list(batch.records),
-                                         "threads": {str(k): v for k, v in
-                                                     batch.thread_names.items()}})
-            if self._send(frame):
+            if self._send(encode_columns(batch)):
                 self._stats.add_exported(self.name, len(batch.records))
             else:
                 self._stats.add_dropped("parent relay lost", len(batch.records))

@@ -1,0 +1,71 @@
+"""The worker relay: private to the run, typed columns that round-trip exactly, malformed
+frames cost only themselves."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+from typing import Any
+
+import pytest
+
+from otel_rl._internal.otlp_encode import Batch
+from otel_rl._internal.pipeline import Stats
+from otel_rl._internal.relay import _HEADER, RelayClient, RelayServer, decode_columns, encode_columns
+
+RECORDS = [
+    (5, 3, "advance", 100, 200, 77, (1 << 127) + 9, None),
+    (8, 0, "boom", 1, 2, 78, 5, {"error": ["ValueError", "bad", "tb"], "link": [1, 2]}),
+    (9, 8, "ünïcødé", 3, 4, 2**63 + 5, 5, {"sampled": "outlier"}),
+]
+
+
+def test_columns_round_trip_exactly() -> None:
+    batch = Batch({"service.name": "s", "process.pid": 7}, 123, RECORDS, {77: "Main", 78: "t"})
+    frame = encode_columns(batch)
+    again = decode_columns(frame[_HEADER.size:])
+    assert [tuple(r) for r in again.records] == RECORDS
+    assert again.thread_names == {77: "Main", 78: "t"}
+    assert again.offset_ns == 123 and again.resource == {"service.name": "s", "process.pid": 7}
+
+
+@pytest.mark.parametrize("cut", [1, 9, -1, -8])
+def test_truncated_frames_are_rejected(cut: int) -> None:
+    body = encode_columns(Batch({}, 0, RECORDS))[_HEADER.size:]
+    with pytest.raises((ValueError, KeyError, IndexError)):
+        decode_columns(body[:cut] if cut > 0 else body[:cut])
+
+
+def test_relay_is_private_and_delivers_batches_and_snapshots() -> None:
+    batches: list[Batch] = []
+    snapshots: list[dict[str, Any]] = []
+    server = RelayServer(batches.append, snapshots.append)
+    try:
+        folder = os.path.dirname(server.address)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(server.address).st_mode) & 0o077 == 0
+        client = RelayClient(server.address, Stats())
+        client.export([Batch({"service.name": "w"}, 5, RECORDS)], time.monotonic() + 5)
+        client.send_snapshot({"pid": 42, "contributions": []})
+        # A malformed frame in between is dropped; later frames still arrive.
+        raw = socket.socket(socket.AF_UNIX)
+        raw.connect(server.address)
+        raw.sendall(_HEADER.pack(5, 3) + b"junk!")
+        raw.close()
+        client.export([Batch({"service.name": "w"}, 5, RECORDS[:1])], time.monotonic() + 5)
+        deadline = time.monotonic() + 10
+        while (len(batches) < 2 or not snapshots) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [len(b.records) for b in batches] == [3, 1]
+        assert snapshots == [{"pid": 42, "contributions": []}]
+        client.shutdown(time.monotonic() + 1)
+    finally:
+        server.stop(time.monotonic() + 5)
+    assert not os.path.exists(server.address)
+
+
+def test_client_fails_fast_without_a_parent(tmp_path: Any) -> None:
+    with pytest.raises(OSError):
+        RelayClient(str(tmp_path / "nobody.sock"), Stats())
