@@ -13,7 +13,13 @@ import pytest
 
 from otel_rl._internal.otlp_encode import Batch
 from otel_rl._internal.pipeline import Stats
-from otel_rl._internal.relay import _HEADER, RelayClient, RelayServer, decode_columns, encode_columns
+from otel_rl._internal.relay import (
+    _HEADER,
+    RelayClient,
+    RelayServer,
+    decode_columns,
+    encode_columns,
+)
 
 RECORDS = [
     (5, 3, "advance", 100, 200, 77, (1 << 127) + 9, None),
@@ -35,7 +41,7 @@ def test_columns_round_trip_exactly() -> None:
 def test_truncated_frames_are_rejected(cut: int) -> None:
     body = encode_columns(Batch({}, 0, RECORDS))[_HEADER.size:]
     with pytest.raises((ValueError, KeyError, IndexError)):
-        decode_columns(body[:cut] if cut > 0 else body[:cut])
+        decode_columns(body[:cut])
 
 
 def test_relay_is_private_and_delivers_batches_and_snapshots() -> None:
