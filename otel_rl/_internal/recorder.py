@@ -431,7 +431,8 @@ class hierarchical_timer:
     After `otel_rl.configure()` the block is also a span named like the timer.
     """
 
-    __slots__ = ("_name", "_node", "_psid", "_ptr", "_sid", "_st", "_stack", "_start", "_tr")
+    __slots__ = ("_frames", "_name", "_node", "_psid", "_ptr", "_sid", "_st", "_stack", "_start",
+                 "_tr")
 
     def __init__(self, name: str, timer_stack: TimerStack | None = None) -> None:
         self._name = name
@@ -444,9 +445,10 @@ class hierarchical_timer:
                 st = _local.stack
             except AttributeError:
                 st = thread_stack()
-        self._st = st
         name = self._name
-        frames = st.stack
+        # The frames list is kept, not looked up again at exit: if the stack is reset (or
+        # replaced after a fork) meanwhile, this block pops its own list, never the new one.
+        frames = self._frames = st.stack
         children = frames[-1].children
         node = children.get(name)
         if node is None:
@@ -455,6 +457,7 @@ class hierarchical_timer:
         self._node = node
         tr = st.trace
         if tr is not None:
+            self._st = st
             self._ptr = tr
             if tr.n < tr.budget:
                 tr.n += 1
@@ -476,13 +479,11 @@ class hierarchical_timer:
         node = self._node
         node.total += (end - start) * 1e-9
         node.count += 1
-        st = self._st
-        frames = st.stack
-        if len(frames) > 1:
-            frames.pop()
+        self._frames.pop()
         tr = self._tr
         if tr is None:
             return
+        st = self._st
         psid = self._psid
         st.span = psid
         ptr = self._ptr
