@@ -250,3 +250,46 @@ def test_headers_and_resource_attributes_reach_the_wire(otlp_receiver: Any, tmp_
     assert spans[0].resource["deployment.environment"] == "ci"
     assert otlp_receiver.headers[0]["x-api-key"] == "secret value"
     assert otlp_receiver.headers[0].get("content-encoding") == "gzip"
+
+
+KILLED = """
+import os, signal, sys, time
+import otel_rl
+from otel_rl.timers import hierarchical_timer
+otel_rl.configure(output_dir=sys.argv[1], spans="all", timers_interval=0.2, flush_interval=0.1)
+if len(sys.argv) > 3:
+    signal.signal(signal.SIGTERM, lambda *a: (print("own handler"), sys.exit(7)))
+for _ in range(50):
+    with hierarchical_timer("advance"):
+        pass
+time.sleep(0.6)
+os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+time.sleep(5)
+"""
+
+
+def test_sigterm_flushes_and_writes_timers_json_then_dies_of_sigterm(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path), "SIGTERM"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -15, proc.stderr
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["children"]["advance"]["count"] == 50
+    lines = (tmp_path / "spans.otlp.jsonl").read_text().splitlines()
+    names = {s["name"] for line in lines for rs in json.loads(line)["resourceSpans"]
+             for ss in rs["scopeSpans"] for s in ss["spans"]}
+    assert names == {"advance", "run"}  # the run span was written: a clean shutdown
+
+
+def test_a_programs_own_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path), "SIGTERM", "own"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 7 and "own handler" in proc.stdout
+    assert json.loads((tmp_path / "timers.json").read_text())["children"]["advance"]["count"] == 50
+
+
+def test_sigkilled_run_keeps_a_recent_timers_json(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path), "SIGKILL"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9
+    tree = json.loads((tmp_path / "timers.json").read_text())  # written during the run
+    assert tree["children"]["advance"]["count"] == 50

@@ -105,6 +105,8 @@ def test_auto_keeps_every_trace_within_budget_and_samples_whole_iterations(tmp_p
     slow = [r for r in iteration_roots if r.attributes[semconv.SAMPLED] == "outlier"]
     assert len(slow) >= 1
     assert max(r.duration_s for r in slow) >= 0.05
+    # Outliers earn no more room than the schedule does.
+    assert sampled["outlier"] <= sampled["schedule"] + 1
     # A tree from sampled spans says it is incomplete.
     rebuilt = build_tree(spans)
     assert not rebuilt.complete and rebuilt.notes

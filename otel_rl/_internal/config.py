@@ -211,6 +211,12 @@ TABLE: tuple[_Setting, ...] = (
              _check_positive(int)),
     _Setting("shutdown_timeout", ("OTEL_RL_SHUTDOWN_TIMEOUT",), _parse_positive_float, 5.0,
              "seconds shutdown may take, exporting included", _check_positive(float)),
+    _Setting("timers_interval", ("OTEL_RL_TIMERS_INTERVAL",), _parse_positive_float, 60.0,
+             "seconds between rewrites of timers.json during the run (a crash keeps the last)",
+             _check_positive(float)),
+    _Setting("handle_sigterm", ("OTEL_RL_HANDLE_SIGTERM",), _parse_bool, True,
+             "on SIGTERM (no handler of the program's own), flush and write timers.json first",
+             _check_bool),
     _Setting("propagate", ("OTEL_RL_PROPAGATE",), _parse_bool, True,
              "instrument multiprocessing, executors, subprocess and threads", _check_bool),
     _Setting("inherit_context", ("OTEL_RL_INHERIT_CONTEXT",), _parse_bool, True,
@@ -231,6 +237,7 @@ _SETTINGS_DEFAULTS: dict[str, Any] = {
     "disabled": False, "resource_attributes": {}, "output_dir": None, "run_id": "",
     "spans": "auto", "span_budget": 10_000, "sample_every": 100, "max_buffer": 500_000,
     "flush_interval": 2.0, "batch_size": 2048, "shutdown_timeout": 5.0, "propagate": True,
+    "timers_interval": 60.0, "handle_sigterm": True,
     "inherit_context": True, "worker_role": None, "worker_index": None, "exporters": (),
 }
 
@@ -261,6 +268,8 @@ class Settings:
     flush_interval: float
     batch_size: int
     shutdown_timeout: float
+    timers_interval: float
+    handle_sigterm: bool
     propagate: bool
     inherit_context: bool
     worker_role: str | None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import multiprocessing.process
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -259,7 +258,6 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
         return _original["bootstrap"](self, *args, **kwargs)
     try:
         start_worker(carrier)
-        _flush_on_sigterm()
     except Exception:
         pass
     try:
@@ -267,30 +265,6 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
     finally:
         # multiprocessing children leave with os._exit, skipping atexit: flush here.
         runtime.shutdown()
-
-
-def _flush_on_sigterm() -> None:
-    """`Pool.terminate()` (and `with Pool(...)`) end workers with SIGTERM: flush first, then
-    die of SIGTERM as before. A handler the program installs later replaces this one."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous not in (signal.SIG_DFL, None):
-        return  # the program (or its framework) handles SIGTERM itself
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        # Ignore repeats while flushing (bounded), then die of SIGTERM as the sender expects.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        rt = runtime.current()
-        if rt is not None and rt.closed:
-            return  # the worker is already exiting and flushing: let that finish
-        try:
-            runtime.shutdown(timeout=2.0)
-        finally:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _patched_pool_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

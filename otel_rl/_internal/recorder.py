@@ -333,7 +333,7 @@ class IterationPolicy:
     """Decides, once a trace is full, which iterations get their own exported trace: one in
     every `sample_every` per name, plus slow outliers (judged when the iteration ends)."""
 
-    __slots__ = ("budget", "buffer", "counts", "sample_every", "stats")
+    __slots__ = ("allowance", "budget", "buffer", "counts", "sample_every", "stats")
 
     def __init__(self, budget: int, sample_every: int, buffer: deque[Record]) -> None:
         self.budget = budget
@@ -341,6 +341,8 @@ class IterationPolicy:
         self.buffer = buffer
         self.counts: dict[str, int] = {}
         self.stats: dict[str, list[float]] = {}  # name -> [n, mean, m2] (Welford)
+        # Outliers earn no more room than the schedule: one per `sample_every` iterations.
+        self.allowance: dict[str, float] = {}
 
     def begin(self, name: str, link: tuple[int, int]) -> Trace:
         k = self.counts.get(name, 0)
@@ -356,10 +358,13 @@ class IterationPolicy:
             stats = self.stats[name] = [0.0, 0.0, 0.0]
         n, mean, m2 = stats
         verdict = trace.sampled
-        if verdict is None and n >= 20:
+        allowance = min(1.0, self.allowance.get(name, 1.0) + 1.0 / self.sample_every)
+        if verdict is None and n >= 20 and allowance >= 1.0:
             std = math.sqrt(m2 / (n - 1))
             if duration_ns > mean + 3.0 * std and duration_ns > 1.5 * mean:
                 verdict = "outlier"
+                allowance -= 1.0
+        self.allowance[name] = allowance
         n += 1
         delta = duration_ns - mean
         mean += delta / n

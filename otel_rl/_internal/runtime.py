@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -117,7 +118,9 @@ class Runtime:
                                  thread_names=self.thread_names, sinks=sinks, stats=self.stats,
                                  flush_interval=settings.flush_interval,
                                  max_relayed=max(64, settings.max_buffer // 64),
-                                 on_flush=self._on_flush if self.relay_client else None)
+                                 on_flush=self._on_flush)
+        self.last_timers_write = time.monotonic()
+        self.finished = False
         buffer = self.pipeline.buffer
         if ctx is not None:
             budget = self.budget if ctx.budget is None else int(ctx.budget)
@@ -210,7 +213,7 @@ class Runtime:
         recorder.policy = self.policy
         recorder.buffer_cap = self.settings.max_buffer if self.spans_on else 0
         recorder.on_new_stack = self.adopt
-        if self.spans_on:
+        if self.spans_on or self.output_dir:
             self.pipeline.start()
 
     def adopt(self, st: TimerStack, initial: bool = False) -> None:
@@ -275,6 +278,11 @@ class Runtime:
     def _on_flush(self, deadline: float) -> None:
         if self.relay_client is not None:
             self.relay_client.send_snapshot(self.snapshot())
+        elif (self.output_dir and not self.closed and time.monotonic() - self.last_timers_write
+              >= self.settings.timers_interval):
+            # A run killed without warning (SIGKILL, OOM) still leaves a recent timers.json.
+            self.last_timers_write = time.monotonic()
+            self._write_timers(perf_counter_ns())
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:
@@ -353,6 +361,7 @@ class Runtime:
                 not self.is_worker or self.relay_client is None):
             self._write_timers(end_ns)
         self._report()
+        self.finished = True
 
     def _write_timers(self, end_ns: int) -> None:
         name = TIMERS_FILE if not self.is_worker else f"timers.{self.pid}.json"
@@ -406,6 +415,8 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
         if not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
+        if settings.handle_sigterm and not settings.disabled:
+            install_sigterm_flush()
         return rt
 
 
@@ -438,6 +449,34 @@ def shutdown(timeout: float | None = None) -> None:
 
 def _at_exit() -> None:
     shutdown()
+
+
+_sigterm_installed = False
+
+
+def install_sigterm_flush() -> None:
+    """On SIGTERM (what schedulers and `Pool.terminate()` send), flush and write timers.json,
+    then die of SIGTERM as the sender expects. Only when the program has no SIGTERM handler of
+    its own; a handler it installs later replaces this one."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _sigterm_installed = True
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # repeats wait for the (bounded) flush
+    rt = _rt
+    if rt is not None and rt.closed and not rt.finished and rt.pid == os.getpid():
+        return  # this process is already exiting and flushing: let that finish
+    try:
+        shutdown(timeout=min(2.0, rt.settings.shutdown_timeout) if rt is not None else 0.0)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def reset_for_tests() -> None:
