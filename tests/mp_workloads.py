@@ -71,3 +71,15 @@ def mlagents_env_worker(conn: Any, steps: int) -> None:
         conn.send(get_timer_root())
         reset_timers()
     conn.close()
+
+
+class TorchLikeProcess(mp.context.SpawnProcess):
+    """A Process subclass from a custom context, as torch.multiprocessing defines."""
+
+    def run(self) -> None:
+        with hierarchical_timer("custom_run"):
+            super().run()
+
+
+class TorchLikeContext(mp.context.SpawnContext):
+    Process = TorchLikeProcess  # type: ignore[assignment]

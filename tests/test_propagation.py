@@ -392,3 +392,21 @@ def test_propagation_can_be_turned_off(tmp_path: Path) -> None:
                              capture_output=True, text=True, check=True).stdout
     otel_rl.shutdown()
     assert out.strip() == "none"
+
+
+def test_contexts_that_subclass_the_standard_ones(tmp_path: Path) -> None:
+    configure(tmp_path)
+    ctx = w.TorchLikeContext()
+    with hierarchical_timer("start_workers"):
+        procs = [ctx.Process(target=w.worker, args=(3,)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+    otel_rl.shutdown()
+    assert [p.exitcode for p in procs] == [0, 0]
+    tree, spans = results(tmp_path)
+    check_trace(tree, spans, processes=3)
+    run = node(tree, "start_workers", "custom_run")
+    assert run["count"] == 2 and run["is_parallel"]
+    assert node(tree, "start_workers", "custom_run", "env_step")["count"] == 6
