@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from _receiver import ReceiverProcess
+from _report import finish
 
 NEST = 3  # blocks per iteration
 #: (variant, label) in table order.
@@ -437,12 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           flush=True)
     results = run(nests, sdk_nests, rounds, mem_nests, args.seed,
                   log=lambda m: print(m, flush=True))
-    print()
-    print(render(results))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
-    return 1 if failures(results) else 0
+    return finish(results, args.json, render, failures)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from _receiver import ReceiverProcess
+from _report import finish
 from bench_core import environment, markdown_table
 
 VARIANTS = (
@@ -371,12 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if copy:
             shutil.rmtree(copy, ignore_errors=True)
     results["config"]["otel_rl_bytecode"] = "compiled copy" if copy else "as found"
-    print()
-    print(render(results))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
-    return 1 if failures(results) else 0
+    return finish(results, args.json, render, failures)
 
 
 if __name__ == "__main__":

@@ -58,15 +58,10 @@ def load_input(path: str | Path) -> tuple[Tree, list[SpanData] | None]:
     A timers.json is a JSON object with ``total``/``name``; anything else is read as spans.
     Unreadable or malformed input raises `UserError` naming the file.
     """
+    from otel_rl._internal.readers._common import read_user_file
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a timers.json or spans file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({' '.join(str(exc).split())})") from None
+    raw = read_user_file(path, "a timers.json or spans file")
     # Imported here: reading a timers.json needs neither the span readers nor the builder.
     from otel_rl._internal.readers.otlp_json import parse_spans_text, read_otlp_json_file
     from otel_rl._internal.treebuild import build_tree

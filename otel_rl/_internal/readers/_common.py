@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from otel_rl._internal.errors import UserError
@@ -82,3 +83,17 @@ def _reason(reason: object) -> str:
         return "timed out"
     text = " ".join(str(getattr(reason, "strerror", None) or reason).split())
     return text or type(reason).__name__
+
+
+def read_user_file(path: str | Path, what: str) -> bytes:
+    """The bytes of a file the user named, or a one-line `UserError` saying why not;
+    `what` names what the file should have been ("a spans file")."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not {what}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({' '.join(str(exc).split())})") from None

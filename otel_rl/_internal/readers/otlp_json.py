@@ -356,15 +356,10 @@ def read_otlp_json_file(path: str | Path) -> list[SpanData]:
 
     See `parse_spans_text`; malformed input raises `UserError` with the line number.
     """
+    from otel_rl._internal.readers._common import read_user_file
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a spans file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({_one_line(str(exc))})") from None
+    raw = read_user_file(path, "a spans file")
     if raw.startswith(_ZSTD_MAGIC):
         raise UserError(f"{path}: zstd-compressed files are not supported; decompress it first")
     if raw.startswith(_GZIP_MAGIC):
