@@ -83,3 +83,11 @@ class TorchLikeProcess(mp.context.SpawnProcess):
 
 class TorchLikeContext(mp.context.SpawnContext):
     Process = TorchLikeProcess  # type: ignore[assignment]
+
+
+def configuring_worker(n: int) -> None:
+    """A worker that calls configure() itself, as some training code does."""
+    import otel_rl
+
+    otel_rl.configure(service_name="rollout-worker")
+    worker(n)

@@ -410,3 +410,16 @@ def test_contexts_that_subclass_the_standard_ones(tmp_path: Path) -> None:
     run = node(tree, "start_workers", "custom_run")
     assert run["count"] == 2 and run["is_parallel"]
     assert node(tree, "start_workers", "custom_run", "env_step")["count"] == 6
+
+
+def test_worker_that_calls_configure_itself_stays_in_the_run(tmp_path: Path) -> None:
+    configure(tmp_path)
+    with hierarchical_timer("start_workers"):
+        p = mp.get_context("spawn").Process(target=w.configuring_worker, args=(3,))
+        p.start()
+        p.join(60)
+    otel_rl.shutdown()
+    tree, spans = results(tmp_path)
+    check_trace(tree, spans, processes=2)
+    assert node(tree, "start_workers", "env_step")["count"] == 3
+    assert {s.resource["service.name"] for s in spans if s.name == "env_step"} == {"rollout-worker"}

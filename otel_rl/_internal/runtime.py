@@ -425,12 +425,18 @@ def configure(**settings: Any) -> None:
     resolved = resolve(settings)
     with _lock:
         rt = _rt
+        inherited = None
         if rt is not None and not rt.closed:
             if rt.auto and not settings:
                 return  # a worker started by otel_rl already runs with its parent's settings
+            if rt.auto and rt.is_worker:
+                inherited = rt.ctx  # stay in the parent's run, with the program's settings
             shutdown(rt.settings.shutdown_timeout)
-        ctx = env_context() if resolved.inherit_context else None
-        start(resolved, ctx)
+        if not resolved.inherit_context:
+            ctx = None
+        else:
+            ctx = inherited or env_context()
+        start(resolved, ctx, auto=inherited is not None)
 
 
 def shutdown(timeout: float | None = None) -> None:
