@@ -98,3 +98,47 @@ def test_tail_sampling_keeps_slow_and_failed_iterations_and_few_fast_ones(
     assert arrived <= set(slow + failed + fast)
     for trace_id in kept_fast:  # what is kept is kept whole
         assert len(spans_of(jaeger.get_trace(trace_id))) == 3
+
+
+def test_otel_rl_iterations_are_tail_sampled_by_the_collector(
+    jaeger: Any, jaeger_service: str, sampling_collector: str, tmp_path: Path
+) -> None:
+    """The same path with otel_rl as the app: past a small budget with sample_every=1, every
+    iteration is a trace of its own, and the collector keeps the slow and failed ones."""
+    import otel_rl
+    from otel_rl._internal import semconv
+    from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+    from otel_rl.timers import hierarchical_timer
+
+    otel_rl.configure(service_name=jaeger_service, endpoint=f"http://{sampling_collector}",
+                      protocol="grpc", spans="auto", span_budget=10, sample_every=1,
+                      output_dir=str(tmp_path), flush_interval=0.1)
+    since = time.time_ns() - 10**9
+    kinds = ["fast"] * 30 + ["slow"] * 3 + ["failed"] * 3 + ["fast"] * 30
+    with hierarchical_timer("start_learning"):
+        for kind in kinds:
+            try:
+                with hierarchical_timer("advance"):
+                    with hierarchical_timer("env_step"):
+                        if kind == "slow":
+                            time.sleep(SLOW_MS * 1.5 / 1000)
+                    with hierarchical_timer("update"):
+                        if kind == "failed":
+                            raise FloatingPointError("loss is NaN")
+            except FloatingPointError:
+                pass
+    otel_rl.shutdown(timeout=20)
+
+    sent = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")  # everything otel_rl exported
+    iterations = [s for s in sent if s.name == "advance" and semconv.SAMPLED in s.attributes]
+    assert len(iterations) >= 60  # past the budget, one trace per iteration
+    slow = {s.trace_id for s in iterations if s.duration_s >= SLOW_MS / 1000}
+    failed = {s.trace_id for s in sent if s.name == "update" and s.is_error}
+    fast = {s.trace_id for s in iterations} - slow - failed
+    assert len(slow) == 3 and len(failed) == 3
+    for trace_id in slow | failed:
+        stored = spans_of(jaeger.wait_for_spans(trace_id, 3, timeout=20))
+        assert sorted(s["name"] for s in stored) == ["advance", "env_step", "update"]
+    time.sleep(1.0)
+    arrived = set(jaeger.find_traces(jaeger_service, since))
+    assert len(arrived & fast) < len(fast) * 0.3, f"{len(arrived & fast)} of {len(fast)} fast kept"
