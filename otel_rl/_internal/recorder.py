@@ -341,8 +341,9 @@ class IterationPolicy:
         self.buffer = buffer
         self.counts: dict[str, int] = {}
         self.stats: dict[str, list[float]] = {}  # name -> [n, mean, m2] (Welford)
-        # Outliers earn no more room than the schedule: one per `sample_every` iterations.
-        self.allowance: dict[str, float] = {}
+        # Outliers earn no more room than the schedule (one per `sample_every` iterations),
+        # except one at least twice as slow as the last outlier kept: the slowest always win.
+        self.allowance: dict[str, list[float]] = {}  # name -> [allowance, last kept (ns)]
 
     def begin(self, name: str, link: tuple[int, int]) -> Trace:
         k = self.counts.get(name, 0)
@@ -358,13 +359,17 @@ class IterationPolicy:
             stats = self.stats[name] = [0.0, 0.0, 0.0]
         n, mean, m2 = stats
         verdict = trace.sampled
-        allowance = min(1.0, self.allowance.get(name, 1.0) + 1.0 / self.sample_every)
-        if verdict is None and n >= 20 and allowance >= 1.0:
+        room = self.allowance.get(name)
+        if room is None:
+            room = self.allowance[name] = [1.0, 0.0]
+        room[0] = min(1.0, room[0] + 1.0 / self.sample_every)
+        if verdict is None and n >= 20:
             std = math.sqrt(m2 / (n - 1))
-            if duration_ns > mean + 3.0 * std and duration_ns > 1.5 * mean:
+            if (duration_ns > mean + 3.0 * std and duration_ns > 1.5 * mean
+                    and (room[0] >= 1.0 or duration_ns >= 2.0 * room[1])):
                 verdict = "outlier"
-                allowance -= 1.0
-        self.allowance[name] = allowance
+                room[0] = max(0.0, room[0] - 1.0)
+                room[1] = duration_ns
         n += 1
         delta = duration_ns - mean
         mean += delta / n
