@@ -240,7 +240,7 @@ def test_options_become_environment_of_the_program(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     env = json.loads(result.stdout.strip().splitlines()[-1])
-    zerocode = str(REPO / "otel_rl" / "_internal" / "zerocode")
+    zerocode = str(REPO / "otel_rl" / "_internal" / "zerocode" / "site")
     assert env["OTEL_RL_SERVICE_NAME"] == "trainer"
     assert env["OTEL_RL_SPANS"] == "off"
     assert env["OTEL_RL_OUTPUT_DIR"] == str(tmp_path / "runs" / "a")
@@ -406,3 +406,13 @@ def test_install_is_idempotent_and_uninstall_restores_imports(tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["FINDERS 1", "AFTER mlagents_envs.timers"]
+
+
+def test_the_programs_own_modules_are_not_shadowed(tmp_path: Path) -> None:
+    (tmp_path / "aliases.py").write_text("VALUE = 'the program s own'\n")
+    script = tmp_path / "train.py"
+    script.write_text("import aliases\nprint(aliases.VALUE)\n")
+    proc = subprocess.run([sys.executable, "-m", "otel_rl", "run", "--output", str(tmp_path / "out"),
+                           "--", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "the program s own"

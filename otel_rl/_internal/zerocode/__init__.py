@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 
 #: The folder `otel-rl run` prepends to PYTHONPATH (it holds `sitecustomize.py`).
-ZEROCODE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Only sitecustomize.py lives in the folder put on PYTHONPATH: nothing else of ours can shadow
+# a module of the program's.
+ZEROCODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 #: Set to "1" by `otel-rl run` for the program it starts. The first Python process to see "1"
 #: is the program's main process: it configures otel_rl as the run and rewrites the value to

@@ -20,7 +20,7 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: The folder holding the ``otel_rl`` package this file belongs to.
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
 
 
 def _warn(what: str, exc: BaseException) -> None:
