@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal.propagation import attach_context, context_from_env, get_context, inject_env
+from otel_rl._internal.propagation import attach_context, get_context, inject_env
 from otel_rl._internal.runtime import VERSION as __version__
+from otel_rl._internal.runtime import context_from_env
 
 if TYPE_CHECKING:
     from otel_rl._internal.sdk_exporter import ThreadAttributesSpanProcessor, TimerTreeExporter

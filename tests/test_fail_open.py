@@ -293,3 +293,19 @@ def test_sigkilled_run_keeps_a_recent_timers_json(tmp_path: Path) -> None:
     assert proc.returncode == -9
     tree = json.loads((tmp_path / "timers.json").read_text())  # written during the run
     assert tree["children"]["advance"]["count"] == 50
+
+
+def test_ctrl_c_still_exits_as_killed_by_sigint(tmp_path: Path) -> None:
+    # Shutdown at exit writes timers.json and reports drops; the exit status stays Python's.
+    script = (
+        "import os, signal, threading, time, otel_rl\n"
+        "from otel_rl.timers import hierarchical_timer as h\n"
+        f"otel_rl.configure(output_dir={str(tmp_path)!r}, spans='all', max_buffer=2)\n"
+        "for _ in range(5):\n    with h('x'):\n        pass\n"
+        "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "time.sleep(30)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -2, proc.stderr
+    assert "KeyboardInterrupt" in proc.stderr and "were not exported" in proc.stderr
+    assert json.loads((tmp_path / "timers.json").read_text())["children"]["x"]["count"] == 5

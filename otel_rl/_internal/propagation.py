@@ -21,10 +21,7 @@ from typing import Any
 from otel_rl._internal import recorder, runtime
 from otel_rl._internal.config import resolve
 from otel_rl._internal.recorder import Base, TimerStack
-
-ENV_TRACEPARENT = "TRACEPARENT"
-ENV_TRACESTATE = "TRACESTATE"
-ENV_CONTEXT = "OTEL_RL_CONTEXT"
+from otel_rl._internal.runtime import ENV_CONTEXT, ENV_TRACEPARENT, ENV_TRACESTATE
 
 _flags = threading.local()
 #: Settings a worker needs when it has no parent relay and exports on its own. Headers are
@@ -69,7 +66,7 @@ def make_carrier(*, for_process: bool, role: str | None = None,
     span_id = st.span or base.span_id or rt.run_span_id
     sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
     share = None
-    if for_process and trace is not None:
+    if for_process:
         # Hand the child part of what is left of this trace's budget, so that all processes
         # together never put more than the budget into one trace.
         share = min(rt.budget // 8, max(0, (trace.budget - trace.n) // 4))
@@ -103,21 +100,23 @@ class attach_context:
     the whole-run tree (parallel when in another thread or process).
     """
 
-    __slots__ = ("_base", "_carrier", "_previous", "_swapped")
+    __slots__ = ("_carrier", "_previous", "_swapped")
 
-    def __init__(self, carrier: Mapping[str, str] | None) -> None:
+    def __init__(self, carrier: Mapping[str, str] | Base | None) -> None:
+        # In this process, tasks hand over the submitting block's `Base` itself.
         self._carrier = carrier
-        self._base: Base | None = None
         self._swapped = False
         self._previous: TimerStack | None = None
 
     def __enter__(self) -> attach_context:
         rt = _active()
-        if rt is None or not self._carrier:
+        carrier = self._carrier
+        if rt is None or not carrier:
             return self
-        base = self._base
-        if base is None:
-            ctx = runtime.parse_carrier(dict(self._carrier))
+        if isinstance(carrier, Base):
+            base = carrier
+        else:
+            ctx = runtime.parse_carrier(dict(carrier))
             if ctx is None:
                 return self
             trace = rt.trace if ctx.trace_id == rt.trace.trace_id else rt.remote_trace(ctx)
@@ -160,12 +159,7 @@ class _Task:
         self.carrier = carrier
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(self.carrier, Base):
-            ctx = attach_context({"traceparent": "x"})
-            ctx._base = self.carrier
-        else:
-            ctx = attach_context(self.carrier)
-        with ctx:
+        with attach_context(self.carrier):
             return self.fn(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -203,7 +197,7 @@ def _restore_carrier(data: dict[str, str]) -> _Carrier:
     return _Carrier(data)
 
 
-def start_worker(carrier: Mapping[str, str], *, settings_override: dict[str, Any] | None = None) -> None:
+def start_worker(carrier: Mapping[str, str]) -> None:
     """Make this process a worker continuing `carrier` (replacing an inherited runtime)."""
     ctx = runtime.parse_carrier(dict(carrier))
     if ctx is None:
@@ -215,7 +209,6 @@ def start_worker(carrier: Mapping[str, str], *, settings_override: dict[str, Any
                      if k in _CARRIED_SETTINGS and v is not None}
     except ValueError:
         pass
-    arguments.update(settings_override or {})
     try:
         settings = resolve(arguments)
     except ValueError:
@@ -239,10 +232,8 @@ def _patched_process_start(self: multiprocessing.process.BaseProcess) -> None:
     if rt is not None and "_otel_rl_carrier" not in self.__dict__:
         try:
             role = _role_of(self)
-            index = rt.role_counters.get(role, 0)
-            rt.role_counters[role] = index + 1
             self._otel_rl_carrier = _Carrier(  # type: ignore[attr-defined]
-                make_carrier(for_process=True, role=role, index=index))
+                make_carrier(for_process=True, role=role, index=rt.next_index(role)))
         except Exception as exc:  # never stop a worker from starting
             rt.stats.warn_once("carrier", f"cannot pass context to a worker: {exc!r}")
     _flags.in_start = True
@@ -334,27 +325,16 @@ def inject_env(env: Mapping[Any, Any] | None = None) -> dict[Any, Any] | None:
     return result
 
 
-def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The carrier a parent put into this process's environment ({} if none)."""
-    environ = os.environ if environ is None else environ
-    carrier = {"traceparent": environ.get(ENV_TRACEPARENT, ""),
-               "tracestate": environ.get(ENV_TRACESTATE, ""),
-               "otel_rl": environ.get(ENV_CONTEXT, "")}
-    return carrier if carrier["traceparent"] else {}
-
-
 # --- fork ----------------------------------------------------------------------------------------
 
 def _before_fork() -> None:
     _flags.fork_carrier = None
-    if getattr(_flags, "in_start", False) or _auto() is None:
+    rt = _auto()
+    if rt is None or getattr(_flags, "in_start", False):
         return
     try:
-        rt = _auto()
-        assert rt is not None
-        index = rt.role_counters.get("fork", 0)
-        rt.role_counters["fork"] = index + 1
-        _flags.fork_carrier = make_carrier(for_process=True, role="fork", index=index)
+        _flags.fork_carrier = make_carrier(for_process=True, role="fork",
+                                           index=rt.next_index("fork"))
     except Exception:
         _flags.fork_carrier = None
 

@@ -200,19 +200,7 @@ class TimerStack:
             if self.metadata:
                 self.metadata["end_time_seconds"] = str(int(time.time()))
                 res["metadata"] = self.metadata
-        res["total"] = node.total
-        res["count"] = node.count
-        if node.is_parallel:
-            res["is_parallel"] = True
-        child_total = 0.0
-        child_dict = {}
-        for child_name, child_node in node.children.items():
-            child_res = self.get_timing_tree(child_node)
-            child_dict[child_name] = child_res
-            child_total += child_res["total"]
-        res["self"] = max(0.0, node.total - child_total)
-        if child_dict:
-            res["children"] = child_dict
+        res.update(node_dict(node))
         return res
 
     def set_gauge(self, name: str, value: float) -> None:
@@ -237,6 +225,23 @@ class TimerStack:
         self.metadata["command_line_arguments"] = " ".join(sys.argv)
 
 
+def node_dict(node: TimerNode) -> dict[str, Any]:
+    """One node in ML-Agents' timers.json schema: total, count, is_parallel (when set), self
+    (children summed from 0.0 in order, as ML-Agents does), children (when any)."""
+    res: dict[str, Any] = {"total": node.total, "count": node.count}
+    if node.is_parallel:
+        res["is_parallel"] = True
+    child_total = 0.0
+    children = {}
+    for name, child in list(node.children.items()):
+        children[name] = child_res = node_dict(child)
+        child_total += child_res["total"]
+    res["self"] = max(0.0, node.total - child_total)
+    if children:
+        res["children"] = children
+    return res
+
+
 # --- Registries -----------------------------------------------------------------------------
 # ML-Agents keeps one stack per thread in a dict keyed by thread ident; the same dict is kept
 # (get_timer_stack_for_thread reads it) and a thread-local gives the hot path a faster lookup.
@@ -249,6 +254,8 @@ _registry_lock = threading.Lock()
 on_new_stack: Callable[[TimerStack], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
 buffer_cap = 0
+#: Records of kept outlier iterations that no longer fitted in the buffer (counted as drops).
+outlier_overflow = 0
 _ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
 _random: Any = None
 
@@ -294,7 +301,7 @@ def set_active_stack(stack: TimerStack | None) -> TimerStack | None:
 
 
 def new_span_id() -> int:
-    return next(_ids) & 0xFFFFFFFFFFFFFFFF or next(_ids)
+    return next(_ids)  # starts below 2**62: never 0, never past 64 bits
 
 
 def new_trace_id() -> int:
@@ -320,9 +327,7 @@ def reset_after_fork() -> TimerStack:
     _registry_lock = threading.Lock()
     _all_stacks.clear()
     _thread_timer_stacks.clear()
-    for attr in ("stack",):
-        if hasattr(_local, attr):
-            delattr(_local, attr)
+    _local.__dict__.pop("stack", None)
     reseed_ids()
     return thread_stack()
 
@@ -333,47 +338,48 @@ class IterationPolicy:
     """Decides, once a trace is full, which iterations get their own exported trace: one in
     every `sample_every` per name, plus slow outliers (judged when the iteration ends)."""
 
-    __slots__ = ("allowance", "budget", "buffer", "counts", "sample_every", "stats")
+    __slots__ = ("budget", "buffer", "names", "sample_every")
 
     def __init__(self, budget: int, sample_every: int, buffer: deque[Record]) -> None:
         self.budget = budget
         self.sample_every = sample_every
         self.buffer = buffer
-        self.counts: dict[str, int] = {}
-        self.stats: dict[str, list[float]] = {}  # name -> [n, mean, m2] (Welford)
-        # Outliers earn no more room than the schedule (one per `sample_every` iterations),
-        # except one at least twice as slow as the last outlier kept: the slowest always win.
-        self.allowance: dict[str, list[float]] = {}  # name -> [allowance, last kept (ns)]
+        # Per iteration name: [begun, n, mean, m2] (Welford over durations in ns), then
+        # [room, last kept outlier (ns)]: outliers earn no more room than the schedule (one
+        # per `sample_every` iterations), except one at least twice as slow as the last one
+        # kept, so the slowest always win.
+        self.names: dict[str, list[float]] = {}
+
+    def _state(self, name: str) -> list[float]:
+        state = self.names.get(name)
+        if state is None:
+            state = self.names[name] = [0, 0.0, 0.0, 0.0, 1.0, 0.0]
+        return state
 
     def begin(self, name: str, link: tuple[int, int]) -> Trace:
-        k = self.counts.get(name, 0)
-        self.counts[name] = k + 1
+        state = self._state(name)
+        k = int(state[0])
+        state[0] = k + 1
         if k % self.sample_every == 0:
             return Trace(new_trace_id(), self.budget, self.buffer, link, "schedule")
         return Trace(new_trace_id(), self.budget, [], link, None)
 
     def end(self, trace: Trace, name: str, duration_ns: int) -> str | None:
         """How the finished iteration is kept: "schedule", "outlier" or None (dropped)."""
-        stats = self.stats.get(name)
-        if stats is None:
-            stats = self.stats[name] = [0.0, 0.0, 0.0]
-        n, mean, m2 = stats
+        state = self._state(name)
+        _begun, n, mean, m2, room, last = state
         verdict = trace.sampled
-        room = self.allowance.get(name)
-        if room is None:
-            room = self.allowance[name] = [1.0, 0.0]
-        room[0] = min(1.0, room[0] + 1.0 / self.sample_every)
+        room = min(1.0, room + 1.0 / self.sample_every)
         if verdict is None and n >= 20:
             std = math.sqrt(m2 / (n - 1))
             if (duration_ns > mean + 3.0 * std and duration_ns > 1.5 * mean
-                    and (room[0] >= 1.0 or duration_ns >= 2.0 * room[1])):
+                    and (room >= 1.0 or duration_ns >= 2.0 * last)):
                 verdict = "outlier"
-                room[0] = max(0.0, room[0] - 1.0)
-                room[1] = duration_ns
+                room, last = max(0.0, room - 1.0), duration_ns
         n += 1
         delta = duration_ns - mean
         mean += delta / n
-        stats[0], stats[1], stats[2] = n, mean, m2 + delta * (duration_ns - mean)
+        state[1:] = [n, mean, m2 + delta * (duration_ns - mean), room, last]
         return verdict
 
 
@@ -405,8 +411,11 @@ def _end_iteration(trace: Trace, record: Record) -> None:
         extra["link"] = trace.link
     buffer = it.buffer
     if trace.sink is not buffer:  # pending records of an outlier join the export buffer
-        room = buffer_cap - len(buffer)
-        buffer.extend(trace.sink[:room])
+        global outlier_overflow
+        pending = trace.sink
+        room = max(0, buffer_cap - len(buffer))
+        buffer.extend(pending[:room])
+        outlier_overflow += max(0, len(pending) - room)
         trace.sink = buffer
     if len(buffer) < buffer_cap:
         buffer.append((sid, 0, name, start, end, tid, trace_id, extra))
@@ -496,11 +505,11 @@ class hierarchical_timer:
         st = self._st
         psid = self._psid
         st.span = psid
-        ptr = self._ptr
-        st.trace = ptr
         record = (self._sid, psid, self._name, start, end, st.tid, tr.trace_id,
                   None if exc_type is None else _error_extra(exc_type, exc, tb))
-        if tr is not ptr:
+        ptr = self._ptr
+        if tr is not ptr:  # this block began an iteration of its own (auto policy)
+            st.trace = ptr
             _end_iteration(tr, record)
             return
         sink = tr.sink

@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -114,6 +115,14 @@ class Runtime:
         self.start_ns = perf_counter_ns()
         self.budget = sys.maxsize if settings.spans == "all" else settings.span_budget
         sinks = self._sinks()
+        if self.relay_client is None and not settings.disabled:
+            # What shutdown will need, imported now: importing modules such as `logging` or the
+            # tree model from an atexit handler after an uncaught KeyboardInterrupt makes
+            # CPython exit with status 1 instead of dying of SIGINT (130). Relaying workers
+            # leave through os._exit and keep their start-up light.
+            import logging  # noqa: F401
+
+            from otel_rl._internal import tree  # noqa: F401
         self.pipeline = Pipeline(resource=self.resource, offset_ns=self.offset_ns,
                                  thread_names=self.thread_names, sinks=sinks, stats=self.stats,
                                  flush_interval=settings.flush_interval,
@@ -123,10 +132,8 @@ class Runtime:
         self.finished = False
         buffer = self.pipeline.buffer
         if ctx is not None:
-            budget = self.budget if ctx.budget is None else int(ctx.budget)
-            self.trace = Trace(ctx.trace_id, budget if ctx.sampled else 0, buffer)
+            self.trace = self.remote_trace(ctx)
             self.trace.n = 1  # reserved for this worker's process marker span
-            self.remote_traces[ctx.trace_id] = self.trace
             self.run_span_id = ctx.span_id
             self.base: Base | None = Base(self.trace, ctx.span_id, ctx.path, ctx.pid, ctx.tid)
             # The main process's run span: worker marker spans hang there, since a worker
@@ -238,14 +245,17 @@ class Runtime:
         if trace is None:
             trace = self.remote_traces[ctx.trace_id] = Trace(ctx.trace_id, share,
                                                              self.pipeline.buffer)
-        elif trace is not self.trace:
+        else:
             trace.budget += share
         return trace
 
-    # -- workers -----------------------------------------------------------------------------
-    def on_relayed_batch(self, batch: Any) -> None:
-        self.pipeline.add_relayed(batch)
+    def next_index(self, role: str) -> int:
+        """The next worker index for `role` (0, 1, ...), counted in this process."""
+        index = self.role_counters.get(role, 0)
+        self.role_counters[role] = index + 1
+        return index
 
+    # -- workers -----------------------------------------------------------------------------
     def on_snapshot(self, snapshot: dict[str, Any]) -> None:
         with self.snapshots_lock:
             self.snapshots[f"{snapshot.get('pid')}"] = snapshot
@@ -258,7 +268,7 @@ class Runtime:
             from otel_rl._internal.relay import RelayServer
 
             try:
-                self.relay_server = RelayServer(self.on_relayed_batch, self.on_snapshot)
+                self.relay_server = RelayServer(self.pipeline.add_relayed, self.on_snapshot)
             except OSError as exc:
                 self.stats.warn_once("relay-server", f"cannot open the worker relay: {exc}")
                 return None
@@ -352,7 +362,8 @@ class Runtime:
             st.trace = None
         if self.relay_server is not None:
             self.relay_server.stop(deadline)
-        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
+        buffer_drops = sum(st.dropped for st in recorder.all_stacks()) + recorder.outlier_overflow
+        recorder.outlier_overflow = 0
         self.stats.add_dropped("span buffer full", buffer_drops)
         self.pipeline.shutdown(deadline)
         if self.relay_client is not None:
@@ -394,11 +405,18 @@ def current() -> Runtime | None:
     return _rt
 
 
-def env_context() -> Context | None:
-    carrier = {"traceparent": os.environ.get("TRACEPARENT", ""),
-               "tracestate": os.environ.get("TRACESTATE", ""),
-               "otel_rl": os.environ.get("OTEL_RL_CONTEXT", "")}
-    return parse_carrier(carrier)
+ENV_TRACEPARENT = "TRACEPARENT"
+ENV_TRACESTATE = "TRACESTATE"
+ENV_CONTEXT = "OTEL_RL_CONTEXT"
+
+
+def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The carrier a parent put into this process's environment ({} if none)."""
+    environ = os.environ if environ is None else environ
+    carrier = {"traceparent": environ.get(ENV_TRACEPARENT, ""),
+               "tracestate": environ.get(ENV_TRACESTATE, ""),
+               "otel_rl": environ.get(ENV_CONTEXT, "")}
+    return carrier if carrier["traceparent"] else {}
 
 
 def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Runtime:
@@ -435,7 +453,7 @@ def configure(**settings: Any) -> None:
         if not resolved.inherit_context:
             ctx = None
         else:
-            ctx = inherited or env_context()
+            ctx = inherited or parse_carrier(context_from_env())
         start(resolved, ctx, auto=inherited is not None)
 
 

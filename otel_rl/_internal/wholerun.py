@@ -8,39 +8,15 @@ latest one replaces the previous, and a worker killed mid-run loses only its las
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal.recorder import (
-    GaugeNode,
-    TimerNode,
-    TimerStack,
-    merge_into,
-    stack_contribution,
-)
+from otel_rl._internal.recorder import GaugeNode, TimerStack, node_dict, stack_contribution
 
-
-def node_to_dict(node: TimerNode) -> dict[str, Any]:
-    """ML-Agents' node schema: total, count, is_parallel (when set), self, children."""
-    res: dict[str, Any] = {"total": node.total, "count": node.count}
-    if node.is_parallel:
-        res["is_parallel"] = True
-    children = {name: node_to_dict(child) for name, child in node.children.items()}
-    res["self"] = max(0.0, node.total - sum(c["total"] for c in children.values()))
-    if children:
-        res["children"] = children
-    return res
-
-
-def node_from_dict(data: dict[str, Any], name: str = "root") -> TimerNode:
-    node = TimerNode(name)
-    node.total = float(data.get("total", 0.0))
-    node.count = int(data.get("count", 0))
-    node.is_parallel = bool(data.get("is_parallel", False))
-    for child_name, child in (data.get("children") or {}).items():
-        node.children[child_name] = node_from_dict(child, child_name)
-    return node
+if TYPE_CHECKING:
+    # Imported where used: only the main process's shutdown builds a Tree, and the tree model
+    # (dataclasses) would cost every worker milliseconds of start-up.
+    from otel_rl._internal.tree import Tree, TreeNode
 
 
 def _gauge_dict(gauge: GaugeNode, count: int) -> dict[str, Any]:
@@ -87,16 +63,9 @@ def contributions(stacks: Iterable[TimerStack], default_base: Any) -> list[dict[
         base = st.base or default_base
         path = list(base.path) if base is not None else []
         parallel = base is not None and (base.pid, base.tid) != (st.pid, st.tid)
-        result.append({"path": path, "parallel": parallel, "tree": node_to_dict(node),
+        result.append({"path": path, "parallel": parallel, "tree": node_dict(node),
                        "pid": st.pid, "tid": st.tid})
     return result
-
-
-def _walk(root: TimerNode, path: Iterable[str]) -> TimerNode:
-    node = root
-    for name in path:
-        node = node.get_child(name)
-    return node
 
 
 def _flatten(snapshot: dict[str, Any]) -> Iterable[dict[str, Any]]:
@@ -105,36 +74,37 @@ def _flatten(snapshot: dict[str, Any]) -> Iterable[dict[str, Any]]:
         yield from _flatten(child)
 
 
+def _place(tree: Tree, contribution: dict[str, Any]) -> TreeNode:
+    """Merge a contribution's blocks under the block that started them; returns its subtree."""
+    from otel_rl._internal.tree import Tree
+
+    node = Tree.from_dict(contribution["tree"]).root
+    at = tree.node_at(contribution["path"])
+    for name, child in node.children.items():
+        at.child(name).merge(child, is_parallel=contribution["parallel"])
+    return node
+
+
 def build(*, local: list[dict[str, Any]], snapshots: Iterable[dict[str, Any]], root_total: float,
           gauges: dict[str, dict[str, Any]], metadata: dict[str, str]) -> dict[str, Any]:
-    """The timers.json dict of the whole run."""
-    root = TimerNode("root")
+    """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
+    from otel_rl._internal.tree import Gauge, Tree, WorkerInfo
+
     all_gauges = {name: dict(g) for name, g in gauges.items()}
-    workers = []
+    tree = Tree()
     for contribution in local:
-        node = node_from_dict(contribution["tree"])
-        merge_into(_walk(root, contribution["path"]), node, contribution["parallel"])
+        _place(tree, contribution)
     for top in snapshots:
         for snap in _flatten(top):
             for contribution in snap.get("contributions") or ():
-                node = node_from_dict(contribution["tree"])
-                merge_into(_walk(root, contribution["path"]), node, contribution["parallel"])
-                workers.append({"role": snap.get("role") or "worker",
-                                "index": int(snap.get("index") or 0),
-                                "pid": int(snap.get("pid") or 0),
-                                "path": list(contribution["path"]), "tree": contribution["tree"]})
+                node = _place(tree, contribution)
+                tree.workers.append(WorkerInfo(
+                    snap.get("role") or "worker", int(snap.get("index") or 0),
+                    int(snap.get("pid") or 0), list(contribution["path"]), node))
             for name, gauge in (snap.get("gauges") or {}).items():
                 merge_gauge(all_gauges, name, gauge)
-    root.total = root_total
-    root.count = 1
-    res: dict[str, Any] = {"name": "root"}
-    if all_gauges:
-        res["gauges"] = {name: {k: g[k] for k in ("value", "min", "max", "count")}
-                         for name, g in all_gauges.items()}
-    meta = dict(metadata)
-    meta["end_time_seconds"] = str(int(time.time()))
-    res["metadata"] = meta
-    res.update(node_to_dict(root))
-    if workers:
-        res["workers"] = workers
-    return res
+    tree.root.total, tree.root.count = root_total, 1
+    tree.gauges = {name: Gauge(g["value"], g["min"], g["max"], g["count"])
+                   for name, g in all_gauges.items()}
+    tree.metadata = dict(metadata)
+    return tree.to_dict()
