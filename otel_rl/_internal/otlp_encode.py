@@ -1,7 +1,7 @@
 """Span records -> OTLP, without SDK objects.
 
 `encode_request` writes the protobuf wire format of an ``ExportTraceServiceRequest`` directly
-(field numbers from opentelemetry-proto's trace.proto); `request_json` writes the same content as
+(field numbers from opentelemetry-proto's trace.proto); `JsonEncoder` writes the same content as
 OTLP/JSON (hex ids, 64-bit integers as strings), the OpenTelemetry Collector file-exporter
 format. Both take `Batch`es: records that share a resource, a clock offset and thread names.
 """
@@ -19,6 +19,22 @@ SCOPE_NAME = "otel_rl"
 SCOPE_VERSION = "0.1.0"
 KIND_INTERNAL = 1
 STATUS_ERROR = 2
+STATUS_MESSAGE_MAX = 1024
+
+
+def extra_attributes(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Span attributes a record's `extra` adds: its own ``attrs`` and the sampling verdict."""
+    attrs = dict(extra.get("attrs") or {})
+    if extra.get("sampled"):
+        attrs[semconv.SAMPLED] = extra["sampled"]
+    return attrs
+
+
+def exception_attributes(error: Sequence[str]) -> dict[str, str]:
+    """The ``exception`` event's attributes for an ``extra["error"]`` (type, message, stack)."""
+    etype, message, stack = error
+    return {"exception.type": etype, "exception.message": message,
+            "exception.stacktrace": stack}
 
 
 class Batch:
@@ -90,7 +106,7 @@ _IDS = struct.Struct(">BBQ")  # span_id (field 2), big-endian bytes
 _IDS_PARENT = struct.Struct(">BBQBBQ")  # span_id (field 2) and parent_span_id (field 4)
 
 
-class _Encoder:
+class Encoder:
     """Caches the bytes that repeat: trace ids, and span names with per-thread attributes.
 
     Protobuf fields may come in any order, so a span is a handful of ready-made pieces:
@@ -121,8 +137,8 @@ class _Encoder:
         return cached
 
 
-def _encode_spans(enc: _Encoder, batch: Batch) -> bytes:
-    """Every record of a batch as ScopeSpans.spans fields: `_Encoder.span` unrolled into one
+def _encode_spans(enc: Encoder, batch: Batch) -> bytes:
+    """Every record of a batch as ScopeSpans.spans fields: `Encoder.span` unrolled into one
     loop over local names (this loop is most of the CPU that exporting costs)."""
     offset, thread_names = batch.offset_ns, batch.thread_names
     name_cache, trace_cache = enc.names, enc.traces
@@ -145,17 +161,13 @@ def _encode_spans(enc: _Encoder, batch: Batch) -> bytes:
 
 def _extra(extra: Mapping[str, Any], end_ns: int) -> bytes:
     parts = []
-    attrs = dict(extra.get("attrs") or {})
-    if extra.get("sampled"):
-        attrs[semconv.SAMPLED] = extra["sampled"]
+    attrs = extra_attributes(extra)
     if attrs:
         parts.append(_attributes(9, attrs))
     error = extra.get("error")
     if error:
-        etype, message, stack = error
         event = (b"\x09" + struct.pack("<Q", end_ns) + _len_field(2, b"exception")
-                 + _attributes(3, {"exception.type": etype, "exception.message": message,
-                                   "exception.stacktrace": stack}))
+                 + _attributes(3, exception_attributes(error)))
         parts.append(_len_field(11, event))
     link = extra.get("link")
     if link:
@@ -163,7 +175,7 @@ def _extra(extra: Mapping[str, Any], end_ns: int) -> bytes:
         parts.append(_len_field(13, b"\x0a\x10" + int(trace_id).to_bytes(16, "big")
                                 + b"\x12\x08" + int(span_id).to_bytes(8, "big")))
     if error:
-        message = error[1][:1024]
+        message = error[1][:STATUS_MESSAGE_MAX]
         parts.append(_len_field(15, _len_field(2, message.encode("utf-8", "replace")) + b"\x18\x02"))
     return b"".join(parts)
 
@@ -173,9 +185,9 @@ def resource_bytes(resource: Mapping[str, Any]) -> bytes:
     return _len_field(1, _attributes(1, resource))
 
 
-def encode_request(batches: Iterable[Batch], encoder: _Encoder | None = None) -> bytes:
+def encode_request(batches: Iterable[Batch], encoder: Encoder | None = None) -> bytes:
     """Serialise batches as one ``ExportTraceServiceRequest``."""
-    enc = encoder or _Encoder()
+    enc = encoder or Encoder()
     out = []
     for batch in batches:
         if not batch.records:
@@ -184,8 +196,6 @@ def encode_request(batches: Iterable[Batch], encoder: _Encoder | None = None) ->
         out.append(_len_field(1, resource_bytes(batch.resource) + scope_spans))
     return b"".join(out)
 
-
-Encoder = _Encoder
 
 
 # --- OTLP/JSON ---------------------------------------------------------------------------------
@@ -219,19 +229,13 @@ def _json_span(record: Sequence[Any], offset: int, thread_names: Mapping[int, st
         "endTimeUnixNano": str(end + offset),
     }
     extra = extra or {}
-    attrs.update(extra.get("attrs") or {})
-    if extra.get("sampled"):
-        attrs[semconv.SAMPLED] = extra["sampled"]
+    attrs.update(extra_attributes(extra))
     span["attributes"] = json_attributes(attrs)
     error = extra.get("error")
     if error:
-        etype, message, stack = error
-        span["events"] = [{
-            "timeUnixNano": str(end + offset), "name": "exception",
-            "attributes": json_attributes({"exception.type": etype, "exception.message": message,
-                                           "exception.stacktrace": stack}),
-        }]
-        span["status"] = {"code": STATUS_ERROR, "message": message[:1024]}
+        span["events"] = [{"timeUnixNano": str(end + offset), "name": "exception",
+                           "attributes": json_attributes(exception_attributes(error))}]
+        span["status"] = {"code": STATUS_ERROR, "message": error[1][:STATUS_MESSAGE_MAX]}
     else:
         span["status"] = {}
     link = extra.get("link")
@@ -240,23 +244,9 @@ def _json_span(record: Sequence[Any], offset: int, thread_names: Mapping[int, st
     return span
 
 
-def request_json(batches: Iterable[Batch]) -> dict[str, Any]:
-    """The same content as `encode_request`, as an OTLP/JSON object."""
-    resource_spans = []
-    for batch in batches:
-        if not batch.records:
-            continue
-        spans = [_json_span(r, batch.offset_ns, batch.thread_names) for r in batch.records]
-        resource_spans.append({
-            "resource": {"attributes": json_attributes(batch.resource)},
-            "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": SCOPE_VERSION},
-                            "spans": spans}],
-        })
-    return {"resourceSpans": resource_spans}
-
-
 class JsonEncoder:
-    """OTLP/JSON lines built from cached string pieces (same content as `request_json`)."""
+    """OTLP/JSON lines (hex ids, 64-bit integers as strings) from cached string pieces; the
+    same content as `encode_request` writes as protobuf."""
 
     def __init__(self) -> None:
         self.names: dict[tuple[str, int, str], str] = {}

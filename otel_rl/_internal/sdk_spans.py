@@ -11,7 +11,14 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from otel_rl._internal import semconv
-from otel_rl._internal.otlp_encode import SCOPE_NAME, SCOPE_VERSION, Batch
+from otel_rl._internal.otlp_encode import (
+    SCOPE_NAME,
+    SCOPE_VERSION,
+    STATUS_MESSAGE_MAX,
+    Batch,
+    exception_attributes,
+    extra_attributes,
+)
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _SCOPE = InstrumentationScope(SCOPE_NAME, SCOPE_VERSION)
@@ -27,18 +34,13 @@ def to_readable_spans(batches: Sequence[Batch]) -> list[ReadableSpan]:
             extra = extra or {}
             attrs: dict[str, Any] = {semconv.THREAD_ID: tid,
                                      semconv.THREAD_NAME: batch.thread_names.get(tid, "")}
-            attrs.update(extra.get("attrs") or {})
-            if extra.get("sampled"):
-                attrs[semconv.SAMPLED] = extra["sampled"]
+            attrs.update(extra_attributes(extra))
             events = []
             status = Status(StatusCode.UNSET)
             error = extra.get("error")
             if error:
-                etype, message, stack = error
-                events.append(Event("exception", {"exception.type": etype,
-                                                  "exception.message": message,
-                                                  "exception.stacktrace": stack}, end + offset))
-                status = Status(StatusCode.ERROR, message[:1024])
+                events.append(Event("exception", exception_attributes(error), end + offset))
+                status = Status(StatusCode.ERROR, error[1][:STATUS_MESSAGE_MAX])
             links = []
             if extra.get("link"):
                 ltrace, lspan = extra["link"]
