@@ -309,3 +309,74 @@ def test_ctrl_c_still_exits_as_killed_by_sigint(tmp_path: Path) -> None:
     assert proc.returncode == -2, proc.stderr
     assert "KeyboardInterrupt" in proc.stderr and "were not exported" in proc.stderr
     assert json.loads((tmp_path / "timers.json").read_text())["children"]["x"]["count"] == 5
+
+
+def test_requests_over_the_receivers_size_limit_are_split_not_dropped(tmp_path: Path) -> None:
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    received: list[int] = []
+
+    def export(request: bytes, context: Any) -> bytes:
+        received.append(sum(len(ss.spans) for rs in ExportTraceServiceRequest.FromString(request)
+                            .resource_spans for ss in rs.scope_spans))
+        return ExportTraceServiceResponse().SerializeToString()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2),
+                         options=[("grpc.max_receive_message_length", 32 * 1024)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService",
+        {"Export": grpc.unary_unary_rpc_method_handler(export)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        otel_rl.configure(endpoint=f"http://127.0.0.1:{port}", protocol="grpc", spans="all",
+                          output_dir=str(tmp_path), batch_size=2048, flush_interval=3600)
+        train(1000)  # ~2000 spans: one 2048-span request would be ~200 KiB
+        otel_rl.shutdown(timeout=20)
+    finally:
+        server.stop(0)
+    assert sum(received) == 2001 and len(received) > 1
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert "otel_rl_dropped_spans" not in tree["metadata"]
+
+
+def test_the_servers_retry_after_is_honoured(tmp_path: Path) -> None:
+    import http.server
+
+    attempts: list[float] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            attempts.append(time.monotonic())
+            busy = len(attempts) == 1
+            self.send_response(503 if busy else 200)
+            if busy:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        otel_rl.configure(endpoint=f"http://127.0.0.1:{httpd.server_address[1]}", spans="all",
+                          output_dir=str(tmp_path), flush_interval=3600)
+        train(5)
+        otel_rl.shutdown(timeout=10)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(attempts) == 2
+    assert attempts[1] - attempts[0] >= 0.9  # waited as asked (the own backoff is 0.5 s)
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert "otel_rl_dropped_spans" not in tree["metadata"]

@@ -103,7 +103,9 @@ class OtlpSink:
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         from otel_rl._internal.sinks.otlp_transport import ExportError
 
-        for request in _chunks(batches, self._batch_size):
+        pending = _chunks(batches, self._batch_size)
+        while pending:
+            request = pending.pop(0)
             n = _count(request)
             data = otlp_encode.encode_request(request, self._encoder)
             while True:
@@ -121,9 +123,14 @@ class OtlpSink:
                     self._transport.timeout_s = max(0.05, min(self._timeout, deadline - now))
                     self._transport.send(data)
                 except ExportError as exc:
+                    if exc.too_large and n > 1:  # the receiver's size limit: send it in halves
+                        pending[:0] = _chunks(request, (n + 1) // 2)
+                        break
                     if exc.retryable:
                         self._failures += 1
-                        self._backoff_until = time.monotonic() + min(5.0, 0.25 * 2 ** self._failures)
+                        delay = (exc.retry_after_s if exc.retry_after_s is not None
+                                 else min(5.0, 0.25 * 2 ** self._failures))
+                        self._backoff_until = time.monotonic() + delay
                         self._stats.warn_once(f"otlp-retry-{self._endpoint}",
                                               f"cannot export to {self._endpoint} ({exc}); retrying")
                         continue
