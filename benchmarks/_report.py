@@ -7,9 +7,22 @@ from collections.abc import Callable
 from typing import Any
 
 
+def failures(results: dict[str, Any]) -> list[str]:
+    """Every failed check of any variant, once each."""
+    return sorted({c for row in results["summary"].values() for c in row["checks"]})
+
+
+def failed_checks_lines(results: dict[str, Any]) -> list[str]:
+    """Lines that mark a table whose checks failed as not a valid result (none if all passed)."""
+    failed = failures(results)
+    if not failed:
+        return []
+    return ["**CHECKS FAILED — these numbers are not a valid result:**", "",
+            *(f"- {c}" for c in failed)]
+
+
 def finish(results: dict[str, Any], json_path: str | None,
-           render: Callable[[dict[str, Any]], str],
-           failures: Callable[[dict[str, Any]], list[str]]) -> int:
+           render: Callable[[dict[str, Any]], str]) -> int:
     """Print `render(results)`, write them to `json_path` if given; 1 if any check failed."""
     print()
     print(render(results))

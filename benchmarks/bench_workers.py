@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from _receiver import ReceiverProcess
-from _report import finish
+from _report import failed_checks_lines, finish
 from bench_core import environment, markdown_table
 
 VARIANTS = (
@@ -313,15 +313,8 @@ def render(results: dict[str, Any]) -> str:
             "the parent's `timers.json` (`workers/step` counted "
             f"{cfg['workers']}×{cfg['blocks']:,} per round, flagged parallel, "
             f"{cfg['workers']} workers listed).", ""]
-    failed = failures(results)
-    if failed:
-        out += ["**CHECKS FAILED — these numbers are not a valid result:**", ""]
-        out += [f"- {c}" for c in failed]
+    out += failed_checks_lines(results)
     return "\n".join(out)
-
-
-def failures(results: dict[str, Any]) -> list[str]:
-    return sorted({c for row in results["summary"].values() for c in row["checks"]})
 
 
 def installed_copy() -> str | None:
@@ -372,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if copy:
             shutil.rmtree(copy, ignore_errors=True)
     results["config"]["otel_rl_bytecode"] = "compiled copy" if copy else "as found"
-    return finish(results, args.json, render, failures)
+    return finish(results, args.json, render)
 
 
 if __name__ == "__main__":

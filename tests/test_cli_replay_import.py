@@ -5,7 +5,6 @@ real OTLP-JSON format (one written by Jaeger itself) and timers.json written by 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -31,30 +30,10 @@ from otel_rl._internal.spandata_otlp import (
 )
 from otel_rl._internal.tree import Tree
 from tests.fixtures.jaeger import attributes_of, free_port, spans_of, start_backend
+from tests.spans import make_spans
 from tests.test_otlp_transport import HttpReceiver, http_receiver  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def make_spans(n: int, service: str, pad: int = 0) -> tuple[str, list[SpanData]]:
-    trace_id = os.urandom(16).hex()
-    root = os.urandom(8).hex()
-    now = time.time_ns()
-    spans = [
-        SpanData(
-            trace_id,
-            root if i == 0 else os.urandom(8).hex(),
-            "" if i == 0 else root,
-            f"op-{i}",
-            now + i * 10_000,
-            now + i * 10_000 + 5_000,
-            {"i": i, "pad": "x" * pad} if pad else {"i": i},
-            {"service.name": service},
-            is_error=(i == 1),
-        )
-        for i in range(n)
-    ]
-    return trace_id, spans
 
 
 def write_spans_file(path: Path, *batches: list[SpanData]) -> Path:

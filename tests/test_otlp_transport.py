@@ -7,7 +7,6 @@ import gzip
 import http.server
 import logging
 import multiprocessing
-import os
 import shutil
 import socket
 import subprocess
@@ -28,31 +27,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from otel_rl._internal.sinks.otlp_transport import ExportError, OtlpTransport
-from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.spandata_otlp import encode_request
 from tests.fixtures.jaeger import free_port, spans_of
+from tests.spans import make_spans
 
 # Helpers -----------------------------------------------------------------------------------
-
-
-def make_spans(n: int, service: str, pad: int = 0) -> tuple[str, list[SpanData]]:
-    trace_id = os.urandom(16).hex()
-    root_id = os.urandom(8).hex()
-    now = time.time_ns()
-    spans = [
-        SpanData(
-            trace_id,
-            root_id if i == 0 else os.urandom(8).hex(),
-            "" if i == 0 else root_id,
-            f"block-{i}",
-            now + i * 1000,
-            now + i * 1000 + 500,
-            {"pad": "x" * pad} if pad else {"i": i},
-            {"service.name": service},
-        )
-        for i in range(n)
-    ]
-    return trace_id, spans
 
 
 def partial_success(rejected: int, message: str) -> bytes:
