@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
+from otel_rl.timers import hierarchical_timer
+
 __all__ = [
     "EPS",
     "AttrDict",
@@ -69,16 +71,8 @@ class _Block(Protocol):
     ) -> bool | None: ...
 
 
-def _find_block_factory() -> Callable[[str], _Block] | None:
-    try:
-        from otel_rl.timers import hierarchical_timer
-    except ImportError:
-        return None
-    return hierarchical_timer
-
-
 #: Makes the otel_rl block each Timing block is mirrored into; None disables the mirroring.
-_block_factory: Callable[[str], _Block] | None = _find_block_factory()
+_block_factory: Callable[[str], _Block] | None = hierarchical_timer
 _bridge_failed = False
 
 

@@ -16,3 +16,8 @@ class IncompleteResultError(UserError):
     """The input was read only in part; the result would be presented as complete."""
 
     exit_code = 3
+
+
+def one_line(text: object) -> str:
+    """`text` (an exception, a server's message) with its white space folded onto one line."""
+    return " ".join(str(text).split())

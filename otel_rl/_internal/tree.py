@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UserError, one_line
 
 __all__ = ["Gauge", "Tree", "TreeNode", "WorkerInfo"]
 
@@ -292,7 +292,7 @@ class Tree:
         try:
             data = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise UserError(f"not a timers.json: invalid JSON ({_one_line(exc)})") from None
+            raise UserError(f"not a timers.json: invalid JSON ({one_line(exc)})") from None
         return cls.from_dict(data)
 
 
@@ -310,10 +310,6 @@ def _type_name(value: Any) -> str:
         int: "a number",
         float: "a number",
     }.get(type(value), type(value).__name__)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
 
 
 def _is_number(value: Any) -> bool:

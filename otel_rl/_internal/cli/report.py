@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UserError, one_line
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 
@@ -96,7 +96,7 @@ def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot write {path} ({' '.join(str(exc).split())})") from None
+        raise UserError(f"cannot write {path} ({one_line(exc)})") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UserError, one_line
 from otel_rl._internal.spandata import SpanData
 
 #: What one GET may take before the backend counts as unreachable (seconds).
@@ -68,11 +68,11 @@ def error_message(payload: Any) -> str:
     if isinstance(payload, dict):
         error = payload.get("error")
         if isinstance(error, dict):
-            return " ".join(str(error.get("message", "")).split())
+            return one_line(error.get("message", ""))
         if isinstance(error, str):
-            return " ".join(error.split())
+            return one_line(error)
         if isinstance(payload.get("message"), str):
-            return " ".join(payload["message"].split())
+            return one_line(payload["message"])
     return ""
 
 
@@ -81,7 +81,7 @@ def _reason(reason: object) -> str:
         return "connection refused"
     if isinstance(reason, TimeoutError):
         return "timed out"
-    text = " ".join(str(getattr(reason, "strerror", None) or reason).split())
+    text = one_line(getattr(reason, "strerror", None) or reason)
     return text or type(reason).__name__
 
 
@@ -96,4 +96,4 @@ def read_user_file(path: str | Path, what: str) -> bytes:
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, not {what}") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read ({' '.join(str(exc).split())})") from None
+        raise UserError(f"{path}: cannot read ({one_line(exc)})") from None

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UserError, one_line
 from otel_rl._internal.spandata import SpanData, SpanEvent
 
 __all__ = [
@@ -279,7 +279,7 @@ def spans_from_document(obj: Any, where: str, path: str = "") -> list[SpanData]:
         return []
     if isinstance(obj.get("error"), dict):
         message = obj["error"].get("message", "")
-        raise UserError(f"{where}: the server answered an error: {_one_line(str(message))}")
+        raise UserError(f"{where}: the server answered an error: {one_line(message)}")
     if "total" in obj and ("children" in obj or obj.get("name") == "root"):
         raise UserError(f"{where}: this is a timers.json, not spans")
     raise UserError(
@@ -292,10 +292,6 @@ def _kind(value: Any) -> str:
     return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
         type(value), "null" if value is None else type(value).__name__
     )
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def parse_otlp_json_lines(lines: Iterable[str], source: str) -> list[SpanData]:
@@ -366,7 +362,7 @@ def read_otlp_json_file(path: str | Path) -> list[SpanData]:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as exc:
-            raise UserError(f"{path}: broken gzip file ({_one_line(str(exc))})") from None
+            raise UserError(f"{path}: broken gzip file ({one_line(exc)})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

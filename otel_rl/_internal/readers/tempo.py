@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UserError, one_line
 from otel_rl._internal.readers._common import (
     DEFAULT_TIMEOUT,
     SpanList,
@@ -32,7 +32,7 @@ def parse_tempo(document: Any, source: str = "Tempo answer") -> SpanList:
     spans = SpanList(spans_from_document(document, source))
     status = document.get("status")
     if isinstance(status, str) and status.strip().upper() in ("PARTIAL", "PARTIAL_STATUS"):
-        message = " ".join(str(document.get("message") or "").split())
+        message = one_line(document.get("message") or "")
         spans.notes.append(
             "Tempo returned only part of the trace" + (f" ({message})" if message else "")
         )
