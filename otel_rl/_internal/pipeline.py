@@ -35,7 +35,6 @@ class Stats:
         self.lock = threading.Lock()
         self.exported: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
-        self.errors: list[str] = []
         self._warned: set[str] = set()
 
     def add_exported(self, sink: str, n: int) -> None:
@@ -53,7 +52,6 @@ class Stats:
             if key in self._warned:
                 return
             self._warned.add(key)
-            self.errors.append(message)
         log.warning("otel_rl: %s", message)
 
 

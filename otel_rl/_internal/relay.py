@@ -22,7 +22,6 @@ from otel_rl._internal import log
 from otel_rl._internal.otlp_encode import Batch
 
 _HEADER = struct.Struct("!IB")
-KIND_BATCH = 1
 KIND_SNAPSHOT = 2
 KIND_COLUMNS = 3
 MAX_FRAME = 256 * 1024 * 1024
@@ -173,14 +172,8 @@ class RelayServer:
         try:
             if kind == KIND_COLUMNS:
                 self._on_batch(decode_columns(body))
-                return
-            payload = json.loads(body)
-            if kind == KIND_BATCH:
-                self._on_batch(Batch(payload["resource"], int(payload["offset_ns"]),
-                                     payload["records"],
-                                     {int(k): v for k, v in payload["threads"].items()}))
             elif kind == KIND_SNAPSHOT:
-                self._on_snapshot(payload)
+                self._on_snapshot(json.loads(body))
         except Exception as exc:  # a malformed frame costs that frame only
             log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 

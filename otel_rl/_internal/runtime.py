@@ -225,12 +225,13 @@ class Runtime:
 
     def adopt(self, st: TimerStack, initial: bool = False) -> None:
         """Give a stack its place in the run: the block that started its thread, if known."""
-        if st.base is None or initial:
-            thread_base = getattr(threading.current_thread(), "_otel_rl_base", None)
-            if initial or thread_base is None or thread_base.pid != self.pid:
-                st.base = self.base
-            else:
-                st.base = thread_base
+        if initial:
+            st.base = self.base
+        elif st.base is None:
+            # Set by the patched Thread.start on a thread started inside a block.
+            started_in = getattr(threading.current_thread(), "_otel_rl_base", None)
+            in_process = started_in is not None and started_in.pid == self.pid
+            st.base = started_in if in_process else self.base
         base = st.base
         st.trace = base.trace if (self.spans_on and base is not None) else None
         st.span = base.span_id if base is not None else 0
