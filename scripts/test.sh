@@ -14,6 +14,9 @@ echo "== Python packages"
 "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
     mlagents-envs==1.1.0 sample-factory==2.1.1
 
+echo "== Sample Factory, ML-Agents and OpenTelemetry-range venvs (cached in ~/.cache/otel-rl)"
+bash scripts/setup-frameworks.sh
+
 echo "== Chromium (HTML report tests)"
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     SUDO=""

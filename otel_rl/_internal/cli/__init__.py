@@ -24,6 +24,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("otel_rl._internal.cli.diff", "compare two timers.json files"),
 }
 
+#: Top-level modules that come with the `otlp` extra (protobuf, opentelemetry-proto, grpcio).
+_OTLP_EXTRA_MODULES = frozenset({"google", "grpc", "opentelemetry"})
+
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(
@@ -44,7 +47,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         parser.print_help(sys.stderr if name else sys.stdout)
         return 2 if name else 0
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    try:
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _OTLP_EXTRA_MODULES:
+            raise
+        print(f"otel-rl {name}: needs the OTLP extra ({exc.name} is not installed): "
+              "pip install 'otel-rl[otlp]'", file=sys.stderr)
+        return 2
     module.register(parsers[name])
     args = parser.parse_args(argv)
     try:

@@ -140,9 +140,12 @@ class OtlpTransport:
         return f"OtlpTransport({self.url!r}, protocol={self.protocol!r})"
 
     def _note_partial_success(self, response: bytes) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceResponse,
-        )
+        try:
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+                ExportTraceServiceResponse,
+            )
+        except ImportError:  # the `otlp` extra is not installed: delivered is all we know
+            return
 
         parsed = ExportTraceServiceResponse()
         try:
@@ -200,7 +203,12 @@ class _GrpcBackend:
         self._metadata = tuple((key.lower(), value) for key, value in owner.headers.items())
 
     def _connect(self) -> Any:
-        import grpc
+        try:
+            import grpc
+        except ImportError:
+            raise ExportError(
+                False, "OTLP over gRPC needs grpcio: pip install 'otel-rl[otlp]'"
+            ) from None
 
         # A channel of its own connections: the global subchannel pool would hand a forked
         # child the parent's connection ("Wrong file descriptor generation").
