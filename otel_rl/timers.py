@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from otel_rl._internal.recorder import (
     TIMER_FORMAT_VERSION,
@@ -67,23 +67,41 @@ def get_timer_stack_for_thread(t: threading.Thread) -> TimerStack | None:
     return _thread_timer_stacks.get(t.ident)
 
 
-def timed(func: FuncT) -> FuncT:
+@overload
+def timed(func: FuncT, *, gpu: bool | None = None) -> FuncT: ...
+
+
+@overload
+def timed(*, gpu: bool | None = None) -> Callable[[FuncT], FuncT]: ...
+
+
+def timed(func: FuncT | None = None, *, gpu: bool | None = None) -> Any:
     """Decorator: time every call of `func` under the name ``func.__qualname__``.
 
     >>> class Trainer:
     ...     @timed
     ...     def update(self): ...
+
+    ``@timed(gpu=True)`` also measures the calls' GPU time (an otel_rl extension; see
+    `hierarchical_timer`).
     """
+    if func is None:
+        return lambda f: timed(f, gpu=gpu)
     name = func.__qualname__
 
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        with hierarchical_timer(name):
-            return func(*args, **kwargs)
+    if gpu is None:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with hierarchical_timer(name):
+                return func(*args, **kwargs)
+    else:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with hierarchical_timer(name, None, gpu):
+                return func(*args, **kwargs)
 
     # Name and docs for introspection, but not __qualname__: ML-Agents' wrapper keeps its own
     # ("timed.<locals>.wrapped"), which is what a second @timed on top is named after.
     functools.update_wrapper(wrapped, func, assigned=("__module__", "__name__", "__doc__"))
-    return wrapped  # type: ignore[return-value]
+    return wrapped
 
 
 def set_gauge(name: str, value: float, timer_stack: TimerStack | None = None) -> None:

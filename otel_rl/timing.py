@@ -72,7 +72,8 @@ class _Block(Protocol):
 
 
 #: Makes the otel_rl block each Timing block is mirrored into; None disables the mirroring.
-_block_factory: Callable[[str], _Block] | None = hierarchical_timer
+#: Called with the key, plus ``gpu=`` for a block opted in or out of GPU timing.
+_block_factory: Callable[..., _Block] | None = hierarchical_timer
 _bridge_failed = False
 
 
@@ -160,6 +161,7 @@ class TimingContext:
         "_additive",
         "_average",
         "_block",
+        "_gpu",
         "_key",
         "_outer_blocks",
         "_time",
@@ -169,7 +171,12 @@ class TimingContext:
     )
 
     def __init__(
-        self, timing: Timing, key: str, additive: bool = False, average: int | None = None
+        self,
+        timing: Timing,
+        key: str,
+        additive: bool = False,
+        average: int | None = None,
+        gpu: bool | None = None,
     ) -> None:
         self.timing_tree_node: TimingTreeNode | None = None
         self._timing = timing
@@ -180,12 +187,18 @@ class TimingContext:
         self._time: float = 0
         self._block: _Block | None = None
         self._outer_blocks: list[_Block | None] | None = None
+        self._gpu = gpu
 
     def __getstate__(self) -> dict[str, Any]:
-        # Sample Factory's attributes only: a mirror block is live state of this process.
-        return {name: getattr(self, name) for name in _PICKLED_CONTEXT_STATE}
+        # Sample Factory's attributes (and an explicit GPU choice): a mirror block is live
+        # state of this process.
+        state = {name: getattr(self, name) for name in _PICKLED_CONTEXT_STATE}
+        if self._gpu is not None:
+            state["_gpu"] = self._gpu
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self._gpu = None
         for name, value in state.items():
             setattr(self, name, value)
         self._block = None
@@ -222,7 +235,8 @@ class TimingContext:
                 self._outer_blocks.append(self._block)
                 self._block = None
             try:
-                block = factory(self._key)
+                gpu = self._gpu
+                block = factory(self._key) if gpu is None else factory(self._key, gpu=gpu)
                 block.__enter__()
                 self._block = block
             except Exception as exc:
@@ -289,17 +303,21 @@ class Timing(AttrDict):
         ctx.timing_tree_node = parent_tree_node.timing[key]
         return ctx
 
-    def timeit(self, key: str) -> TimingContext:
-        """Time a block; the value is its latest duration in seconds."""
-        return self._init_context(key)
+    def timeit(self, key: str, gpu: bool | None = None) -> TimingContext:
+        """Time a block; the value is its latest duration in seconds.
 
-    def add_time(self, key: str) -> TimingContext:
+        ``gpu=True`` (an otel_rl extension, in all three methods) also measures the block's
+        GPU time, in otel_rl's spans and timers.json; Timing's own values stay wall-clock.
+        """
+        return self._init_context(key, gpu=gpu)
+
+    def add_time(self, key: str, gpu: bool | None = None) -> TimingContext:
         """Time a block; the value is the sum of its durations in seconds."""
-        return self._init_context(key, additive=True)
+        return self._init_context(key, additive=True, gpu=gpu)
 
-    def time_avg(self, key: str, average: int = 10) -> TimingContext:
+    def time_avg(self, key: str, average: int = 10, gpu: bool | None = None) -> TimingContext:
         """Time a block; the value is an `AvgTime` over its last ``average`` durations."""
-        return self._init_context(key, average=average)
+        return self._init_context(key, average=average, gpu=gpu)
 
     @staticmethod
     def _time_str(value: Any) -> str:

@@ -65,6 +65,14 @@ def _parse_nonempty(text: str) -> str:
     return text.strip()
 
 
+def _parse_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of block names or fnmatch patterns (``forward,opt_*``)."""
+    names = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not names:
+        raise ValueError("expected block names or patterns, comma-separated")
+    return names
+
+
 def parse_key_values(text: str) -> dict[str, str]:
     """Parse the W3C-baggage-like ``k=v,k2=v2`` lists of ``OTEL_*_HEADERS`` and
     ``OTEL_RESOURCE_ATTRIBUTES`` (values are URL-decoded)."""
@@ -135,6 +143,15 @@ def _check_mapping(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise ValueError(f"expected a mapping of strings, got {value!r}")
     return {str(k): str(v) for k, v in value.items()}
+
+
+def _check_names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return _parse_names(value) if value.strip() else ()
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"expected block names or patterns (a list of strings), got {value!r}")
+    return tuple(v.strip() for v in value)
 
 
 def _check_path(value: Any) -> str | None:
@@ -221,6 +238,12 @@ TABLE: tuple[_Setting, ...] = (
              "instrument multiprocessing, executors, subprocess and threads", _check_bool),
     _Setting("inherit_context", ("OTEL_RL_INHERIT_CONTEXT",), _parse_bool, True,
              "continue a trace handed down by a parent (TRACEPARENT)", _check_bool),
+    _Setting("gpu_blocks", ("OTEL_RL_GPU_BLOCKS",), _parse_names, None,
+             "blocks also timed on the GPU with CUDA events: names or patterns, "
+             "comma-separated (e.g. forward,backward,update or opt_*)", _check_names),
+    _Setting("gpu_timeout", ("OTEL_RL_GPU_TIMEOUT",), _parse_positive_float, 10.0,
+             "seconds a GPU-timed block's span waits for its GPU time before it is exported "
+             "marked otel_rl.gpu.timed_out", _check_positive(float)),
     _Setting("worker_role", ("OTEL_RL_WORKER_ROLE",), _parse_nonempty, None,
              "role of this process when it is a worker", _check_optional_str),
     _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), int, None,
@@ -237,7 +260,7 @@ _SETTINGS_DEFAULTS: dict[str, Any] = {
     "disabled": False, "resource_attributes": {}, "output_dir": None, "run_id": "",
     "spans": "auto", "span_budget": 10_000, "sample_every": 100, "max_buffer": 500_000,
     "flush_interval": 2.0, "batch_size": 2048, "shutdown_timeout": 5.0, "propagate": True,
-    "timers_interval": 60.0, "handle_sigterm": True,
+    "timers_interval": 60.0, "handle_sigterm": True, "gpu_blocks": (), "gpu_timeout": 10.0,
     "inherit_context": True, "worker_role": None, "worker_index": None, "exporters": (),
 }
 
@@ -270,6 +293,8 @@ class Settings:
     shutdown_timeout: float
     timers_interval: float
     handle_sigterm: bool
+    gpu_blocks: tuple[str, ...]
+    gpu_timeout: float
     propagate: bool
     inherit_context: bool
     worker_role: str | None

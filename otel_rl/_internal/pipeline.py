@@ -10,6 +10,7 @@ and the spans it cost are counted.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -278,6 +279,9 @@ class Pipeline:
                 records.append(pop())
         except IndexError:
             pass
+        gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
+        if gpu is not None:
+            records = gpu.ready(records)  # spans of GPU-timed blocks wait for their GPU time
         batches = []
         if records:
             batches.append(Batch(self.resource, self.offset_ns, records, dict(self.thread_names)))

@@ -29,7 +29,8 @@ _flags = threading.local()
 _CARRIED_SETTINGS = ("service_name", "endpoint", "protocol", "compression", "timeout",
                      "insecure", "certificate", "spans", "span_budget", "sample_every",
                      "max_buffer", "flush_interval", "batch_size", "shutdown_timeout",
-                     "propagate", "output_dir", "resource_attributes")
+                     "propagate", "output_dir", "resource_attributes", "gpu_blocks",
+                     "gpu_timeout")
 
 
 def _active() -> runtime.Runtime | None:

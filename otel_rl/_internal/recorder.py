@@ -32,7 +32,8 @@ Record = tuple[int, int, str, int, int, int, int, Any]
 class TimerNode:
     """The time spent in one block of code (keyed by name in its parent's `children`)."""
 
-    __slots__ = ("children", "count", "is_parallel", "merged_count", "merged_total", "name", "total")
+    __slots__ = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "merged_count",
+                 "merged_total", "name", "total")
 
     def __init__(self, name: str = "") -> None:
         self.children: dict[str, TimerNode] = {}
@@ -44,6 +45,9 @@ class TimerNode:
         # The whole-run tree leaves it out: otel_rl gathers those trees itself.
         self.merged_total = 0.0
         self.merged_count = 0
+        # GPU seconds of the runs whose events were read (opt-in blocks; `gpu` module).
+        self.gpu_total = 0.0
+        self.gpu_count = 0
 
     def get_child(self, name: str) -> TimerNode:
         """The child node for `name`, created if it does not exist yet."""
@@ -225,18 +229,22 @@ class TimerStack:
         self.metadata["command_line_arguments"] = " ".join(sys.argv)
 
 
-def node_dict(node: TimerNode) -> dict[str, Any]:
+def node_dict(node: TimerNode, gpu: bool = False) -> dict[str, Any]:
     """One node in ML-Agents' timers.json schema: total, count, is_parallel (when set), self
-    (children summed from 0.0 in order, as ML-Agents does), children (when any)."""
+    (children summed from 0.0 in order, as ML-Agents does), children (when any). With `gpu`,
+    also ``gpu_total``/``gpu_count`` on nodes with GPU time (the whole-run tree's extension)."""
     res: dict[str, Any] = {"total": node.total, "count": node.count}
     if node.is_parallel:
         res["is_parallel"] = True
     child_total = 0.0
     children = {}
     for name, child in list(node.children.items()):
-        children[name] = child_res = node_dict(child)
+        children[name] = child_res = node_dict(child, gpu)
         child_total += child_res["total"]
     res["self"] = max(0.0, node.total - child_total)
+    if gpu and node.gpu_count:
+        res["gpu_total"] = node.gpu_total
+        res["gpu_count"] = node.gpu_count
     if children:
         res["children"] = children
     return res
@@ -250,6 +258,8 @@ _local = threading.local()
 _all_stacks: list[TimerStack] = []
 _registry_lock = threading.Lock()
 
+#: Names the `gpu_blocks` setting opts in, cached per name by `gpu.wanted`; None when unset.
+gpu_wanted: dict[str, bool] | None = None
 #: Set by the runtime while spans are on: called with each new stack to attach it to the run.
 on_new_stack: Callable[[TimerStack], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
@@ -447,15 +457,24 @@ class hierarchical_timer:
     >>> with hierarchical_timer("update"):
     ...     pass
 
-    After `otel_rl.configure()` the block is also a span named like the timer.
+    After `otel_rl.configure()` the block is also a span named like the timer. With
+    ``gpu=True`` (or a name the ``gpu_blocks`` setting matches; ``gpu=False`` opts out) its
+    GPU time is measured too, with CUDA events (see `otel_rl._internal.gpu`).
     """
 
-    __slots__ = ("_frames", "_name", "_node", "_psid", "_ptr", "_sid", "_st", "_stack", "_start",
-                 "_tr")
+    __slots__ = ("_frames", "_gpu", "_gpu_opt", "_name", "_node", "_psid", "_ptr", "_sid", "_st",
+                 "_stack", "_start", "_tr")
+    _gpu: Any  # GpuTimer's pending event pair
+    _gpu_opt: bool  # an explicit gpu= choice, kept for the decorator form
 
-    def __init__(self, name: str, timer_stack: TimerStack | None = None) -> None:
+    def __init__(self, name: str, timer_stack: TimerStack | None = None,
+                 gpu: bool | None = None) -> None:
         self._name = name
         self._stack = timer_stack
+        if gpu is not None or gpu_wanted is not None:  # the one check GPU timing adds
+            from otel_rl._internal import gpu as gpu_timing
+
+            gpu_timing.opt_in(self, name, gpu)
 
     def __enter__(self) -> TimerNode:
         st = self._stack
@@ -521,9 +540,10 @@ class hierarchical_timer:
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
         """Use as a decorator too, like a `contextlib.contextmanager` object."""
         name, stack = self._name, self._stack
+        gpu = getattr(self, "_gpu_opt", None)
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with hierarchical_timer(name, stack):
+            with hierarchical_timer(name, stack, gpu):
                 return func(*args, **kwargs)
 
         wrapped.__wrapped__ = func  # type: ignore[attr-defined]
@@ -545,6 +565,8 @@ def own_copy(node: TimerNode) -> TimerNode | None:
     result = TimerNode(node.name)
     result.total = max(0.0, node.total - node.merged_total)
     result.count = max(0, count)
+    result.gpu_total = node.gpu_total
+    result.gpu_count = node.gpu_count
     result.children = children
     return result
 
@@ -555,6 +577,8 @@ def merge_into(target: TimerNode, source: TimerNode, parallel: bool) -> None:
         dest = target.get_child(name)
         dest.total += child.total
         dest.count += child.count
+        dest.gpu_total += child.gpu_total
+        dest.gpu_count += child.gpu_count
         dest.is_parallel |= parallel
         merge_into(dest, child, parallel)
 

@@ -363,6 +363,9 @@ class Runtime:
             st.trace = None
         if self.relay_server is not None:
             self.relay_server.stop(deadline)
+        gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
+        if gpu is not None:
+            gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
         buffer_drops = sum(st.dropped for st in recorder.all_stacks()) + recorder.outlier_overflow
         recorder.outlier_overflow = 0
         self.stats.add_dropped("span buffer full", buffer_drops)
@@ -426,6 +429,9 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
     with _lock:
         rt = Runtime(settings, ctx, auto=auto)
         rt.attach(recorder.thread_stack())
+        from otel_rl._internal import gpu  # light: torch is looked up only when a block asks
+
+        gpu.configure(settings.gpu_blocks, settings.gpu_timeout)
         _rt = rt
         if settings.propagate and not settings.disabled:
             from otel_rl._internal import propagation

@@ -28,6 +28,13 @@ IS_PARALLEL = "otel_rl.is_parallel"
 #: `<prefix><key>` (string values).
 GAUGE_PREFIX = "otel_rl.gauge."
 METADATA_PREFIX = "otel_rl.metadata."
+#: GPU time of a block opted in to GPU timing (CUDA events): seconds, and the device index;
+#: `GPU_TIMED_OUT` (true) instead of seconds when the events did not complete in time. On
+#: synthetic spans, `GPU_SECONDS` is the node's GPU total and `GPU_COUNT` its measured runs.
+GPU_SECONDS = "otel_rl.gpu.seconds"
+GPU_DEVICE = "otel_rl.gpu.device"
+GPU_TIMED_OUT = "otel_rl.gpu.timed_out"
+GPU_COUNT = "otel_rl.gpu.count"
 #: Source of a block ("mlagents" timers facade, "sample_factory" Timing facade).
 SOURCE = "otel_rl.source"
 

@@ -31,10 +31,12 @@ __all__ = ["Gauge", "Tree", "TreeNode", "WorkerInfo"]
 class TreeNode:
     """One timed block: total seconds over all its runs, how many runs, and its children.
 
-    Children are keyed by name in first-seen order, as ML-Agents keeps them.
+    Children are keyed by name in first-seen order, as ML-Agents keeps them. `gpu_total` is
+    the GPU seconds of the `gpu_count` runs whose GPU time was measured (blocks opted in to
+    GPU timing; 0 runs otherwise).
     """
 
-    __slots__ = ("children", "count", "is_parallel", "name", "total")
+    __slots__ = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "name", "total")
 
     def __init__(
         self,
@@ -43,12 +45,16 @@ class TreeNode:
         count: int = 0,
         is_parallel: bool = False,
         children: dict[str, TreeNode] | None = None,
+        gpu_total: float = 0.0,
+        gpu_count: int = 0,
     ) -> None:
         self.name = name
         self.total = total
         self.count = count
         self.is_parallel = is_parallel
         self.children: dict[str, TreeNode] = {} if children is None else children
+        self.gpu_total = gpu_total
+        self.gpu_count = gpu_count
 
     @property
     def self_time(self) -> float:
@@ -79,6 +85,8 @@ class TreeNode:
         """
         self.total += other.total
         self.count += other.count
+        self.gpu_total += other.gpu_total
+        self.gpu_count += other.gpu_count
         self.is_parallel |= is_parallel
         for name, other_child in other.children.items():
             self.child(name).merge(other_child, is_parallel=is_parallel)
@@ -98,6 +106,8 @@ class TreeNode:
             self.count,
             self.is_parallel,
             {name: child.copy() for name, child in self.children.items()},
+            self.gpu_total,
+            self.gpu_count,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,6 +116,9 @@ class TreeNode:
         if self.is_parallel:
             res["is_parallel"] = True
         res["self"] = self.self_time
+        if self.gpu_count:
+            res["gpu_total"] = self.gpu_total
+            res["gpu_count"] = self.gpu_count
         if self.children:
             res["children"] = {name: child.to_dict() for name, child in self.children.items()}
         return res
@@ -118,6 +131,8 @@ class TreeNode:
             and self.total == other.total
             and self.count == other.count
             and self.is_parallel == other.is_parallel
+            and self.gpu_total == other.gpu_total
+            and self.gpu_count == other.gpu_count
             and self.children == other.children
         )
 
@@ -185,6 +200,11 @@ class Tree:
     #: False when built from a partial or sampled span set; `notes` say why.
     complete: bool = True
     notes: list[str] = field(default_factory=list)
+
+    def has_gpu(self) -> bool:
+        """Whether any block has GPU time (the reports show GPU columns only then)."""
+        nodes = [self.root, *(w.node for w in self.workers)]
+        return any(n.gpu_count for node in nodes for n in (node, *(c for _, c in node.walk())))
 
     def find(self, path: Sequence[str]) -> TreeNode | None:
         """The node at `path` (names from the root, exclusive), or None. ``()`` is the root."""
@@ -340,8 +360,14 @@ def _node_from_dict(data: Any, name: str, where: str) -> TreeNode:
     children_data = data.get("children", {})
     if not isinstance(children_data, dict):
         raise UserError(f"{where}.children: expected an object, got {_type_name(children_data)}")
+    gpu_total: Any = data.get("gpu_total", 0.0)
+    gpu_count: Any = data.get("gpu_count", 1 if "gpu_total" in data else 0)
+    if not _is_number(gpu_total) or not math.isfinite(gpu_total) or gpu_total < 0:
+        raise UserError(f"{where}: 'gpu_total' must be a finite, non-negative number")
+    if not _is_int(gpu_count) or gpu_count < 0:
+        raise UserError(f"{where}: 'gpu_count' must be a non-negative integer")
     # "self" is derived; it is recomputed, not trusted.
-    node = TreeNode(name, float(total), count, is_parallel)
+    node = TreeNode(name, float(total), count, is_parallel, None, float(gpu_total), gpu_count)
     for child_name, child_data in children_data.items():
         node.children[child_name] = _node_from_dict(
             child_data, child_name, f"{where}.children.{child_name}"

@@ -8,7 +8,8 @@
    to a known span hangs under it; a span whose parent is missing hangs under the root and
    makes the tree incomplete, as do sampled iterations.
 4. A span in another process or thread than its parent block starts a parallel branch.
-5. total = summed durations, count = number of spans (``otel_rl.count`` on synthetic spans).
+5. total = summed durations, count = number of spans (``otel_rl.count`` on synthetic spans);
+   gpu_total/gpu_count likewise from ``otel_rl.gpu.seconds`` (``otel_rl.gpu.count``).
 6. Spans of worker processes are also gathered per worker into `Tree.workers`.
 
 Spans are taken in start order, so children appear in the order they first ran (as in
@@ -104,6 +105,17 @@ def _worker_key(span: SpanData) -> _WorkerKey | None:
     )
 
 
+def _add_gpu(node: TreeNode, span: SpanData) -> None:
+    """The span's GPU time (a block opted in to GPU timing), if it has one."""
+    seconds = span.attributes.get(semconv.GPU_SECONDS)
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+        count = 1
+        if span.attributes.get(semconv.SYNTHETIC) is True:
+            count = _int(span.attributes.get(semconv.GPU_COUNT), 1)
+        node.gpu_total += float(seconds)
+        node.gpu_count += count
+
+
 def _gauges(attributes: dict[str, Any]) -> dict[str, Gauge]:
     fields: dict[str, dict[str, Any]] = {}
     for key, value in attributes.items():
@@ -151,6 +163,7 @@ class _Builder:
             if span.attributes.get(semconv.SYNTHETIC) is True:
                 count = _int(span.attributes.get(semconv.COUNT), 1)
             info.node.add(span.duration_s, count)
+            _add_gpu(info.node, span)
             info.node.is_parallel |= info.parallel
             if info.worker is not None:
                 self.workers[info.worker].blocks.append((span, info))
@@ -259,6 +272,7 @@ class _Builder:
                 if span.attributes.get(semconv.SYNTHETIC) is True:
                     count = _int(span.attributes.get(semconv.COUNT), 1)
                 target.add(span.duration_s, count)
+                _add_gpu(target, span)
                 target.is_parallel |= info.worker_parallel
             infos.append(WorkerInfo(role, index, pid, list(prefix), node))
         return infos

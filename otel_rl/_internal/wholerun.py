@@ -63,7 +63,7 @@ def contributions(stacks: Iterable[TimerStack], default_base: Any) -> list[dict[
         base = st.base or default_base
         path = list(base.path) if base is not None else []
         parallel = base is not None and (base.pid, base.tid) != (st.pid, st.tid)
-        result.append({"path": path, "parallel": parallel, "tree": node_dict(node),
+        result.append({"path": path, "parallel": parallel, "tree": node_dict(node, gpu=True),
                        "pid": st.pid, "tid": st.tid})
     return result
 

@@ -97,6 +97,9 @@ def _add_children(
         }
         if child.is_parallel:
             attributes[IS_PARALLEL] = True
+        if child.gpu_count:
+            attributes[semconv.GPU_SECONDS] = child.gpu_total
+            attributes[semconv.GPU_COUNT] = child.gpu_count
         span = SpanData(
             trace_id=parent.trace_id,
             span_id=_random_id(8),

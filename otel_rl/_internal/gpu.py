@@ -1,0 +1,405 @@
+"""GPU time for the blocks a user opts in: CUDA event pairs, resolved off the training thread.
+
+A CPU timer puts asynchronous GPU work in whichever block happens to synchronize (Sample
+Factory's profiling guide: ``after_optimizer`` looks slow, ``update`` fast). For a block opted
+in — ``hierarchical_timer(name, gpu=True)``, ``timing.add_time(key, gpu=True)`` or a name the
+``gpu_blocks`` setting matches — `GpuTimer` records one event on the current stream when the
+block starts and one when it ends. Nothing waits: a daemon thread polls ``query()`` and only
+then reads ``elapsed_time``, adding the seconds to the block's node (``gpu_total`` /
+``gpu_count``) and to its span (``otel_rl.gpu.seconds``). The pipeline holds a span back
+until its GPU time is known, at most `timeout` seconds after the block ended; past that the
+span goes out marked ``otel_rl.gpu.timed_out``.
+
+The device API is ``torch.cuda`` — taken from ``sys.modules`` only, so otel_rl never imports
+torch, and used only once the program has initialized CUDA, so otel_rl never creates a CUDA
+context either — or a stand-in with the same surface (`use_api`; the tests' device double).
+Without a usable device the option is a no-op, said once.
+
+Events come from a pool per device and go back once read; a pair whose end never completes
+is given up after `timeout` (its events are not reused: the device may still write them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from otel_rl._internal import log, recorder, semconv
+from otel_rl._internal.recorder import Record, TimerNode, hierarchical_timer
+
+#: Seconds a block's span waits for its GPU time (and shutdown for pending pairs).
+timeout = 10.0
+#: Seconds between polls of the pending events while any are pending.
+POLL_INTERVAL = 0.002
+#: Events kept per device for reuse.
+POOL_SIZE = 256
+#: Seconds a resolved result waits for its span to be exported before it is forgotten (the
+#: span was dropped: an iteration the `auto` policy did not keep, or a full buffer).
+RESULT_TTL = 60.0
+
+_patterns: tuple[str, ...] = ()
+_api: Any = None  # the device API in use; None: look for torch.cuda when needed
+_api_given = False  # set by `use_api`: never fall back to torch
+_disabled = False  # a device call failed or CUDA is unavailable: blocks run plain
+_warned: set[str] = set()
+
+_pools: dict[int, list[Any]] = {}
+_queue: deque[Pending] = deque()  # ended pairs, handed to the resolver thread
+_wake = threading.Event()
+_idle = True  # the resolver waits on `_wake` (set only then, to keep `end` cheap)
+_thread: threading.Thread | None = None
+_lock = threading.Lock()
+_outstanding = 0  # pairs ended and not yet resolved or given up
+#: Span id -> its pair, for spans whose record may still wait for GPU time.
+spans: dict[int, Pending] = {}
+_held: list[Record] = []  # records held back by `ready` until their GPU time is known
+_closing = False
+_generation = 0  # bumped by `reset`: the resolver forgets pairs of an earlier generation
+
+
+class Pending:
+    """One block's event pair on its way from the device to the node and span."""
+
+    __slots__ = ("device", "end", "node", "seconds", "sid", "start", "state", "stream", "t_end")
+
+    def __init__(self, start: Any, stream: Any, device: int, node: TimerNode, sid: int) -> None:
+        self.start = start
+        self.stream = stream
+        self.device = device
+        self.node = node
+        self.sid = sid
+        self.end: Any = None
+        self.t_end = 0.0
+        self.seconds: float | None = None
+        self.state = 0  # 0 pending, 1 resolved, 2 given up
+
+
+PENDING, RESOLVED, GIVEN_UP = 0, 1, 2
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+def configure(blocks: Iterable[str], wait: float) -> None:
+    """Opt in the blocks whose names match `blocks` (exact names or fnmatch patterns)."""
+    global _patterns, timeout, _closing
+    _patterns = tuple(blocks)
+    timeout = wait
+    _closing = False
+    recorder.gpu_wanted = {} if _patterns else None
+
+
+def wanted(name: str) -> bool:
+    """Whether the `gpu_blocks` setting opts `name` in (cached per name)."""
+    cache = recorder.gpu_wanted
+    if cache is None:
+        return False
+    hit = cache.get(name)
+    if hit is None:
+        import fnmatch
+
+        hit = cache[name] = any(name == p or fnmatch.fnmatchcase(name, p) for p in _patterns)
+    return hit
+
+
+def use_api(api: Any) -> None:
+    """Use `api` (``torch.cuda``'s surface: ``is_available``, ``is_initialized``,
+    ``current_stream``, ``Event``) instead of looking for torch; None: look again."""
+    global _api, _api_given, _disabled
+    reset()
+    _api = api
+    _api_given = api is not None
+    _disabled = False
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("otel_rl: %s", message)
+
+
+def _find_api(name: str) -> Any:
+    """torch.cuda if the program imported torch and initialized CUDA; else None."""
+    global _api, _disabled
+    torch = sys.modules.get("torch")
+    if torch is None:
+        _warn_once("no-torch", f"GPU time asked for block {name!r}, but torch is not imported; "
+                               "GPU-timed blocks are timed on the CPU only")
+        return None
+    cuda = getattr(torch, "cuda", None)
+    try:
+        available = cuda is not None and bool(cuda.is_available())
+    except Exception:
+        available = False
+    if not available:
+        _disabled = True
+        _warn_once("no-cuda", "GPU time asked for, but CUDA is not available; GPU-timed "
+                              "blocks are timed on the CPU only")
+        return None
+    _api = cuda
+    return cuda
+
+
+def _fail(exc: BaseException) -> None:
+    global _disabled
+    _disabled = True
+    _warn_once("gpu-failed", f"GPU timing failed ({type(exc).__name__}: {exc}); GPU-timed "
+                             "blocks are timed on the CPU only from now on")
+
+
+# --- the hot path of an opted-in block ---------------------------------------------------------
+
+def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
+    """Record the start event on the current stream; None when there is nothing to time."""
+    if _disabled:
+        return None
+    api = _api
+    if api is None:
+        if _api_given:
+            return None
+        api = _find_api(name)
+        if api is None:
+            return None
+    try:
+        if not api.is_initialized():
+            return None  # the program has not used CUDA yet: nothing to time, no context made
+        stream = api.current_stream()
+        device = stream.device_index
+        pool = _pools.get(device)
+        start = pool.pop() if pool else api.Event(enable_timing=True)
+        start.record(stream)
+    except Exception as exc:
+        _fail(exc)
+        return None
+    pending = Pending(start, stream, device, node, sid)
+    if sid:
+        spans[sid] = pending
+    return pending
+
+
+def end(pending: Pending) -> None:
+    """Record the end event on the block's stream and hand the pair to the resolver."""
+    global _outstanding
+    try:
+        pool = _pools.get(pending.device)
+        stop = pool.pop() if pool else _api.Event(enable_timing=True)
+        stop.record(pending.stream)
+    except Exception as exc:
+        _fail(exc)
+        pending.state = GIVEN_UP
+        return
+    pending.end = stop
+    pending.t_end = time.monotonic()
+    with _lock:
+        _outstanding += 1
+    _queue.append(pending)
+    if _idle:
+        _ensure_thread()
+        _wake.set()
+
+
+class GpuTimer(hierarchical_timer):
+    """A `hierarchical_timer` that also times its block on the GPU (see the module docs).
+
+    Both events are recorded inside the block's wall-clock interval, so its CPU time includes
+    their cost (measured in benchmarks/bench_gpu.py).
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> TimerNode:
+        node = hierarchical_timer.__enter__(self)
+        self._gpu = begin(node, self._sid if self._tr is not None else 0, self._name)
+        return node
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        pending = self._gpu
+        if pending is not None:
+            self._gpu = None
+            end(pending)
+        hierarchical_timer.__exit__(self, exc_type, exc, tb)
+
+
+def opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
+    """Called by `hierarchical_timer.__init__` when `gpu` is given or `gpu_blocks` is set."""
+    if gpu is not None:
+        timer._gpu_opt = gpu
+    if gpu if gpu is not None else wanted(name):
+        timer.__class__ = GpuTimer
+
+
+# --- the resolver thread -----------------------------------------------------------------------
+
+def _ensure_thread() -> None:
+    global _thread
+    if _thread is not None:
+        return
+    with _lock:
+        if _thread is None:
+            thread = threading.Thread(target=_loop, name="otel_rl-gpu", daemon=True)
+            thread.start()
+            _thread = thread
+
+
+def _loop() -> None:
+    global _idle
+    active: list[Pending] = []
+    last_prune = time.monotonic()
+    generation = _generation
+    while True:
+        if generation != _generation:
+            active, generation = [], _generation
+        while _queue:
+            active.append(_queue.popleft())
+        if not active:
+            _idle = True
+            if not _queue:
+                _wake.wait(1.0)
+            _wake.clear()
+            _idle = False
+            continue
+        active = resolve(active, time.monotonic())
+        now = time.monotonic()
+        if now - last_prune > 1.0:
+            last_prune = now
+            _prune(now)
+        time.sleep(POLL_INTERVAL)
+
+
+def resolve(active: list[Pending], now: float) -> list[Pending]:
+    """One pass over the pending pairs: read the completed ones, give up the expired ones;
+    returns those still pending."""
+    global _outstanding
+    still = []
+    done = 0
+    for pending in active:
+        try:
+            complete = pending.end.query()
+            seconds = pending.start.elapsed_time(pending.end) / 1000.0 if complete else None
+        except Exception as exc:  # a device error: this pair is lost, the run goes on
+            _warn_once("gpu-query", f"reading GPU events failed ({type(exc).__name__}: {exc})")
+            complete, seconds = False, None
+            pending.t_end = -timeout  # give it up below
+        if seconds is not None:
+            node = pending.node
+            node.gpu_total += seconds
+            node.gpu_count += 1
+            pending.seconds = seconds
+            pending.state = RESOLVED
+            pool = _pools.setdefault(pending.device, [])
+            if len(pool) < POOL_SIZE:
+                pool.append(pending.start)
+                pool.append(pending.end)
+            pending.start = pending.end = pending.stream = None
+            pending.t_end = now  # from now on: how long the result waits for its span
+            done += 1
+        elif now - pending.t_end >= timeout:
+            pending.state = GIVEN_UP
+            pending.start = pending.end = pending.stream = None
+            pending.t_end = now
+            done += 1
+        else:
+            still.append(pending)
+    if done:
+        with _lock:
+            _outstanding -= done
+    return still
+
+
+def _prune(now: float) -> None:
+    for sid, pending in list(spans.items()):
+        if pending.state != PENDING and now - pending.t_end > RESULT_TTL:
+            spans.pop(sid, None)
+
+
+# --- spans: held back until their GPU time is known ---------------------------------------------
+
+def ready(records: list[Record]) -> list[Record]:
+    """`records` that may be exported now, with their GPU attributes; the pipeline calls this
+    on every drain. Records of GPU-timed blocks still pending are kept for a later call."""
+    global _held
+    if not spans and not _held:
+        return records
+    pending_records = _held + records if _held else records
+    _held = []
+    out: list[Record] = []
+    now = time.monotonic()
+    for record in pending_records:
+        pending = spans.get(record[0])
+        if pending is None:
+            out.append(record)
+            continue
+        if pending.state == PENDING and not _closing and (
+                not pending.t_end or now - pending.t_end < timeout):
+            _held.append(record)
+            continue
+        del spans[record[0]]
+        attrs: dict[str, Any]
+        if pending.state == RESOLVED:
+            attrs = {semconv.GPU_SECONDS: pending.seconds, semconv.GPU_DEVICE: pending.device}
+        else:
+            attrs = {semconv.GPU_TIMED_OUT: True, semconv.GPU_DEVICE: pending.device}
+        extra = dict(record[7]) if record[7] else {}
+        extra["attrs"] = {**(extra.get("attrs") or {}), **attrs}
+        out.append((*record[:7], extra))  # type: ignore[arg-type]
+    return out
+
+
+def held() -> int:
+    """How many span records wait for their GPU time."""
+    return len(_held)
+
+
+def outstanding() -> int:
+    """How many ended pairs are not yet resolved or given up."""
+    return _outstanding
+
+
+def finish(deadline: float) -> None:
+    """At shutdown: wait (until `deadline`, at most `timeout`) for pending pairs, then let
+    every held span go, marking those still without GPU time as timed out."""
+    global _closing
+    limit = min(deadline, time.monotonic() + timeout)
+    while _outstanding > 0 and time.monotonic() < limit:
+        time.sleep(POLL_INTERVAL)
+    _closing = True
+    for pending in spans.values():
+        if pending.state == PENDING:
+            pending.state = GIVEN_UP
+    recorder.gpu_wanted = None
+
+
+def reset() -> None:
+    """Forget every pool, pending pair and held span (after a fork; tests)."""
+    global _outstanding, _held, _closing, _disabled, _generation
+    _generation += 1
+    _pools.clear()
+    _queue.clear()
+    spans.clear()
+    _held = []
+    _outstanding = 0
+    _closing = False
+    _disabled = False
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _wake, _api, _thread, _idle
+    # Events, streams and the resolver thread belong to the parent; CUDA in a forked child
+    # is the program's choice (it usually cannot), and is looked up afresh.
+    _lock = threading.Lock()
+    _wake = threading.Event()
+    _thread = None
+    _idle = True
+    if not _api_given:
+        _api = None
+    reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

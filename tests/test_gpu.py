@@ -1,0 +1,337 @@
+"""GPU time for opted-in blocks, tested on a device-clock double (tests/gpu_double.py).
+
+The double's clock moves only when a test (or the simulated program's own ``.item()``)
+moves it, so these tests control when each event completes: late, out of order, or never.
+What is checked is where GPU time ends up — the right block, thread, process, span and
+timers.json entry — and that the training thread never waits for the device.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import otel_rl
+from otel_rl._internal import gpu, semconv
+from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+from otel_rl._internal.tree import Tree
+from otel_rl._internal.treebuild import build_tree
+from otel_rl.testing import capture_spans
+from otel_rl.timers import get_timer_root, get_timer_tree, hierarchical_timer, timed
+from otel_rl.timing import Timing
+from tests.gpu_double import FakeCuda
+
+
+@pytest.fixture
+def cuda() -> Iterator[FakeCuda]:
+    double = FakeCuda(devices=2)
+    saved = gpu.timeout
+    gpu.use_api(double)
+    yield double
+    gpu.use_api(None)
+    gpu.configure((), saved)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the GPU resolver"
+        time.sleep(0.002)
+
+
+def train_step(cuda: FakeCuda, forward_ms: float, backward_ms: float, update_ms: float) -> None:
+    """Sample Factory's shape: kernels are queued, `.item()` in after_optimizer waits."""
+    with hierarchical_timer("forward", gpu=True):
+        cuda.launch(forward_ms)
+    with hierarchical_timer("backward", gpu=True):
+        cuda.launch(backward_ms)
+    with hierarchical_timer("update", gpu=True):
+        cuda.launch(update_ms)
+    with hierarchical_timer("after_optimizer", gpu=True):
+        cuda.wait_idle()  # loss.item(): the host waits for everything queued so far
+
+
+def test_gpu_time_lands_in_the_block_that_queued_the_work(cuda: FakeCuda) -> None:
+    for _ in range(10):
+        train_step(cuda, forward_ms=5.0, backward_ms=4.0, update_ms=0.25)
+    root = get_timer_root()
+    wait_until(lambda: gpu.outstanding() == 0)
+    gpu_ms = {name: node.gpu_total * 1e3 for name, node in root.children.items()}
+    assert gpu_ms == pytest.approx({"forward": 50.0, "backward": 40.0, "update": 2.5,
+                                    "after_optimizer": 0.0})
+    assert all(node.gpu_count == 10 for node in root.children.values())
+    # ML-Agents' own tree is unchanged: no GPU keys in get_timer_tree().
+    assert "gpu_total" not in json.dumps(get_timer_tree())
+
+
+def test_blocks_never_wait_for_the_device_and_late_events_still_count(cuda: FakeCuda) -> None:
+    cuda.launch(1000.0)  # a long queue: nothing below completes until the clock moves
+    for _ in range(200):
+        with hierarchical_timer("forward", gpu=True):
+            cuda.launch(2.0)
+    node = get_timer_root().children["forward"]
+    # Every block has returned although none of its events has completed.
+    assert node.count == 200 and node.gpu_count == 0
+    assert gpu.outstanding() == 200
+    time.sleep(0.05)
+    assert node.gpu_count == 0  # still nothing: the device clock has not moved
+    cuda.advance(1000.0 + 2.0 * 100)
+    wait_until(lambda: node.gpu_count == 100)
+    assert gpu.outstanding() == 100
+    cuda.advance(2.0 * 100)
+    wait_until(lambda: gpu.outstanding() == 0)
+    assert node.gpu_count == 200
+    assert node.gpu_total == pytest.approx(0.4)
+    assert cuda.events_made <= 2 * 200  # pooled: completed pairs are reused
+
+
+def test_events_completing_out_of_order_go_to_their_own_thread_and_block(
+    cuda: FakeCuda,
+) -> None:
+    # Three threads, three streams on two devices; the stream that started first finishes last.
+    plans = {"slow": (0, 30.0), "fast": (0, 1.0), "other_device": (1, 7.0)}
+    nodes = {}
+    barrier = threading.Barrier(len(plans))
+
+    def worker(name: str) -> None:
+        device, ms = plans[name]
+        stream = cuda.new_stream(device)
+        cuda.set_stream(stream)
+        if name == "slow":
+            cuda.launch(500.0)  # a backlog on this stream only
+        barrier.wait()
+        with hierarchical_timer("rollout"):
+            for _ in range(5):
+                with hierarchical_timer(name, gpu=True):
+                    cuda.launch(ms)
+        nodes[name] = get_timer_root().children["rollout"].children[name]
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(node.gpu_count == 0 for node in nodes.values())
+    cuda.advance(5.0)
+    cuda.advance(35.0, device=1)
+    wait_until(lambda: nodes["fast"].gpu_count == 5 and nodes["other_device"].gpu_count == 5)
+    assert nodes["slow"].gpu_count == 0  # its stream is still busy with the backlog
+    cuda.advance(500.0 + 150.0)
+    wait_until(lambda: gpu.outstanding() == 0)
+    for name, (_, ms) in plans.items():
+        assert nodes[name].gpu_total == pytest.approx(5 * ms / 1e3), name
+        assert nodes[name].gpu_count == 5
+
+
+def test_an_event_that_never_completes_is_given_up_after_the_timeout(cuda: FakeCuda) -> None:
+    gpu.configure((), 0.2)
+    stalled = cuda.new_stream()
+    stalled.stalled = True
+    cuda.set_stream(stalled)
+    started = time.monotonic()
+    with hierarchical_timer("forward", gpu=True):
+        cuda.launch(1.0)
+    assert time.monotonic() - started < 0.1  # the block itself did not wait
+    wait_until(lambda: gpu.outstanding() == 0, timeout=2.0)
+    assert time.monotonic() - started >= 0.2
+    assert get_timer_root().children["forward"].gpu_count == 0
+
+
+def test_span_waits_for_its_gpu_time_then_carries_it(cuda: FakeCuda) -> None:
+    cuda.launch(100.0)
+    with capture_spans() as captured:
+        with hierarchical_timer("update"):
+            with hierarchical_timer("forward", gpu=True):
+                cuda.launch(3.0)
+        otel_rl.force_flush()
+        exported = {s.name for s in captured._exporter.spans()}
+        assert "update" in exported and "forward" not in exported  # held back, not lost
+        cuda.advance(103.0)
+        wait_until(lambda: gpu.outstanding() == 0)
+        otel_rl.force_flush()
+        forward = [s for s in captured._exporter.spans() if s.name == "forward"]
+        assert len(forward) == 1
+        assert forward[0].attributes[semconv.GPU_SECONDS] == pytest.approx(0.003)
+        assert forward[0].attributes[semconv.GPU_DEVICE] == 0
+    tree = captured.tree()
+    assert tree.find(["update", "forward"]).gpu_total == pytest.approx(0.003)
+    assert tree.find(["update"]).gpu_count == 0
+
+
+def test_shutdown_exports_a_never_completing_span_marked_timed_out(cuda: FakeCuda) -> None:
+    stalled = cuda.new_stream()
+    stalled.stalled = True
+    cuda.set_stream(stalled)
+    started = time.monotonic()
+    with capture_spans(gpu_timeout=0.3) as captured:
+        with hierarchical_timer("forward", gpu=True):
+            pass
+    assert time.monotonic() - started < 3.0  # bounded by gpu_timeout, not the stall
+    (forward,) = [s for s in captured.spans if s.name == "forward"]
+    assert forward.attributes[semconv.GPU_TIMED_OUT] is True
+    assert semconv.GPU_SECONDS not in forward.attributes
+
+
+def test_gpu_blocks_setting_opts_blocks_in_by_name_and_pattern(
+    cuda: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_RL_GPU_BLOCKS", "forward, back*")
+    otel_rl.configure(output_dir=str(tmp_path))
+    for _ in range(3):
+        with hierarchical_timer("forward"):
+            cuda.launch(2.0)
+        with hierarchical_timer("backward_pass"):
+            cuda.launch(3.0)
+        with hierarchical_timer("update"):
+            cuda.launch(1.0)
+        with hierarchical_timer("backward_check", gpu=False):  # explicit opt-out wins
+            cuda.launch(1.0)
+    cuda.advance(100.0)
+    otel_rl.shutdown()
+    tree = json.loads((tmp_path / "timers.json").read_text())["children"]
+    assert tree["forward"]["gpu_total"] == pytest.approx(0.006)
+    assert tree["backward_pass"]["gpu_total"] == pytest.approx(0.009)
+    assert tree["forward"]["gpu_count"] == 3
+    assert "gpu_total" not in tree["update"] and "gpu_total" not in tree["backward_check"]
+
+
+def test_timed_and_decorator_forms_time_the_gpu(cuda: FakeCuda) -> None:
+    @timed(gpu=True)
+    def forward() -> None:
+        cuda.launch(2.0)
+
+    @hierarchical_timer("backward", gpu=True)
+    def backward() -> None:
+        cuda.launch(5.0)
+
+    @timed
+    def plain() -> None:
+        cuda.launch(1.0)
+
+    for _ in range(4):
+        forward()
+        backward()
+        plain()
+    cuda.advance(100.0)
+    wait_until(lambda: gpu.outstanding() == 0)
+    children = {name.rpartition(".")[2]: node for name, node in get_timer_root().children.items()}
+    assert children["forward"].gpu_total == pytest.approx(0.008)
+    assert children["backward"].gpu_total == pytest.approx(0.020)
+    assert children["plain"].count == 4 and children["plain"].gpu_count == 0
+    # As ML-Agents' wrapper: what a second @timed on top would be named after.
+    assert forward.__qualname__ == plain.__qualname__ == "timed.<locals>.wrapped"
+
+
+def test_sample_factory_timing_gpu_option_times_the_mirror_block(
+    cuda: FakeCuda, tmp_path: Path
+) -> None:
+    otel_rl.configure(output_dir=str(tmp_path))
+    timing = Timing("learner")
+    for _ in range(5):
+        with timing.add_time("train"):
+            with timing.timeit("forward", gpu=True):
+                cuda.launch(4.0)
+            with timing.add_time("update", gpu=True):
+                cuda.launch(1.0)
+            with timing.time_avg("after_optimizer", gpu=True):
+                cuda.wait_idle()
+    otel_rl.shutdown()
+    train = Tree.from_json((tmp_path / "timers.json").read_text()).find(["train"])
+    assert train is not None and train.gpu_count == 0
+    assert train.children["forward"].gpu_total == pytest.approx(0.020)
+    assert train.children["update"].gpu_total == pytest.approx(0.005)
+    assert train.children["after_optimizer"].gpu_total == pytest.approx(0.0)
+    assert train.children["after_optimizer"].gpu_count == 5
+    # Timing's own numbers stay wall-clock, as in Sample Factory.
+    assert isinstance(timing["forward"], float) and timing["update"] >= 0
+
+
+def test_timers_json_and_the_tree_from_spans_agree_on_gpu_time(
+    cuda: FakeCuda, tmp_path: Path
+) -> None:
+    otel_rl.configure(output_dir=str(tmp_path), spans="all")
+    with hierarchical_timer("train"):
+        for _ in range(3):
+            train_step(cuda, 2.0, 3.0, 0.5)
+    otel_rl.shutdown()
+    from_file = Tree.from_json((tmp_path / "timers.json").read_text())
+    from_spans = build_tree(read_otlp_json_file(tmp_path / "spans.otlp.jsonl"))
+    for name, gpu_s in (("forward", 0.006), ("backward", 0.009), ("update", 0.0015),
+                        ("after_optimizer", 0.0)):
+        for tree in (from_file, from_spans):
+            node = tree.find(["train", name])
+            assert node is not None and node.gpu_count == 3
+            assert node.gpu_total == pytest.approx(gpu_s)
+
+
+def test_without_torch_gpu_blocks_run_plain_with_one_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu.use_api(None)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(gpu, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        for _ in range(3):
+            with hierarchical_timer("forward", gpu=True):
+                pass
+    assert get_timer_root().children["forward"].count == 3
+    assert get_timer_root().children["forward"].gpu_count == 0
+    warnings = [r for r in caplog.records if "torch is not imported" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "torch" not in sys.modules  # otel_rl never imports it
+
+
+def test_with_torch_but_no_cuda_gpu_blocks_run_plain_with_one_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu.use_api(None)
+    fake_torch = types.ModuleType("torch")
+    fake_torch.cuda = types.SimpleNamespace(is_available=lambda: False)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(gpu, "_warned", set())
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_rl"):
+            for _ in range(3):
+                with hierarchical_timer("forward", gpu=True):
+                    pass
+    finally:
+        gpu.use_api(None)
+    assert get_timer_root().children["forward"].count == 3
+    assert len([r for r in caplog.records if "CUDA is not available" in r.getMessage()]) == 1
+
+
+def test_no_gpu_time_before_the_program_initializes_cuda(cuda: FakeCuda) -> None:
+    cuda.initialized = False
+    with hierarchical_timer("forward", gpu=True):
+        pass
+    cuda.initialized = True
+    with hierarchical_timer("forward", gpu=True):
+        cuda.launch(1.0)
+    cuda.advance(10.0)
+    wait_until(lambda: gpu.outstanding() == 0)
+    node = get_timer_root().children["forward"]
+    assert (node.count, node.gpu_count) == (2, 1)
+    assert cuda.recorded == 2  # only the second block touched the device
+
+
+def test_a_failing_device_never_reaches_training_code(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(stream: object = None) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(gpu, "_warned", set())
+    monkeypatch.setattr(cuda, "current_stream", broken)
+    for _ in range(3):
+        with hierarchical_timer("forward", gpu=True):
+            pass
+    assert get_timer_root().children["forward"].count == 3
+    assert get_timer_root().children["forward"].gpu_count == 0
