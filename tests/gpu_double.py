@@ -129,3 +129,21 @@ class FakeCuda:
         with self.lock:
             clock = self.clocks[stream.device_index]
             self.clocks[stream.device_index] = max(clock, stream.busy_until)
+
+
+def gpu_worker(index: int, n: int) -> None:
+    """A worker process on its own simulated device `index`: `n` GPU-timed blocks whose
+    events complete only after the worker's code has returned (late, during its shutdown)."""
+    from otel_rl._internal import gpu
+    from otel_rl.timers import hierarchical_timer
+
+    cuda = FakeCuda(devices=index + 1)
+    gpu.use_api(cuda)
+    cuda.set_stream(cuda.new_stream(index))
+    with hierarchical_timer("rollout"):
+        for _ in range(n):
+            with hierarchical_timer("policy", gpu=True):
+                cuda.launch(index + 1.0)
+    later = threading.Timer(0.2, cuda.advance, args=(1000.0, index))
+    later.daemon = True
+    later.start()

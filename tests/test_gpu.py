@@ -335,3 +335,91 @@ def test_a_failing_device_never_reaches_training_code(
             pass
     assert get_timer_root().children["forward"].count == 3
     assert get_timer_root().children["forward"].gpu_count == 0
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_worker_processes_gpu_time_reaches_the_parents_tree_and_spans(
+    method: str, tmp_path: Path
+) -> None:
+    import multiprocessing as mp
+
+    from tests.gpu_double import gpu_worker
+
+    otel_rl.configure(output_dir=str(tmp_path), spans="all")
+    ctx = mp.get_context(method)
+    with hierarchical_timer("collect"):
+        procs = [ctx.Process(target=gpu_worker, args=(i, 4)) for i in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    otel_rl.shutdown()
+    assert [p.exitcode for p in procs] == [0, 0]
+    expected = 4 * (1.0 + 2.0) / 1e3  # worker i: 4 blocks of i + 1 ms
+    from_file = Tree.from_json((tmp_path / "timers.json").read_text())
+    spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
+    from_spans = build_tree(spans)
+    for tree in (from_file, from_spans):
+        policy = tree.find(["collect", "rollout", "policy"])
+        assert policy is not None and policy.is_parallel
+        assert (policy.gpu_total, policy.gpu_count) == (pytest.approx(expected), 8)
+        per_worker = sorted((w.index, w.node.children["rollout"].children["policy"].gpu_total)
+                            for w in tree.workers)
+        assert per_worker == [(0, pytest.approx(0.004)), (1, pytest.approx(0.008))]
+    devices = sorted(s.attributes[semconv.GPU_DEVICE] for s in spans if s.name == "policy")
+    assert devices == [0] * 4 + [1] * 4  # each worker its own device
+
+
+def _tree_with_gpu() -> Tree:
+    return Tree.from_dict({
+        "name": "root", "total": 2.0, "count": 1,
+        "children": {"train": {"total": 1.5, "count": 10, "children": {
+            "forward": {"total": 0.291, "count": 50, "gpu_total": 0.549, "gpu_count": 50},
+            "after_optimizer": {"total": 0.614, "count": 50, "gpu_total": 0.006,
+                                "gpu_count": 50},
+            "log": {"total": 0.1, "count": 10}}}},
+        "workers": [
+            {"role": "rollout", "index": i, "pid": 100 + i, "path": [],
+             "tree": {"total": 0.0, "count": 0, "children": {"policy": {
+                 "total": 0.2, "count": 5, "gpu_total": 0.05 * (i + 1), "gpu_count": 5}}}}
+            for i in range(2)],
+    })
+
+
+def test_reports_show_gpu_columns_only_when_there_is_gpu_data() -> None:
+    from otel_rl.renderers import crossworker, html, treeview
+
+    tree = _tree_with_gpu()
+    text = treeview.render(tree)
+    header = text.splitlines()[0].split()
+    assert header[:4] == ["block", "total", "gpu", "self"]
+    forward = next(line for line in text.splitlines() if "forward" in line)
+    assert "291.00 ms" in forward and "549.00 ms" in forward
+    log = next(line for line in text.splitlines() if "log" in line)
+    assert log.split()[4] == "-"  # not measured on the GPU
+    cross = crossworker.render(tree)
+    policy = next(line for line in cross.splitlines() if "policy" in line)
+    assert "75.00 ms" in policy and "100.00 ms" in policy  # gpu mean and max over workers
+    page = html.render(tree)
+    assert 'id="gpu-section"' in page and "549.00 ms" in page
+    assert "gpu mean" in page
+    plain = Tree.from_dict({"name": "root", "total": 1.0, "count": 1,
+                            "children": {"a": {"total": 0.5, "count": 1}}})
+    assert "gpu" not in treeview.render(plain)
+    assert 'id="gpu-section"' not in html.render(plain)
+
+
+def test_gpu_keys_round_trip_through_timers_json_and_import() -> None:
+    from otel_rl._internal.cli.import_ import tree_to_spans
+
+    tree = _tree_with_gpu()
+    again = Tree.from_json(tree.to_json())
+    assert again == tree
+    forward = again.find(["train", "forward"])
+    assert forward is not None and (forward.gpu_total, forward.gpu_count) == (0.549, 50)
+    rebuilt = build_tree(tree_to_spans(tree, "trainer", 1_700_000_000_000_000_000))
+    node = rebuilt.find(["train", "forward"])
+    assert node is not None and node.gpu_total == pytest.approx(0.549) and node.gpu_count == 50
+    with pytest.raises(Exception, match="gpu_total"):
+        Tree.from_dict({"name": "root", "total": 1.0, "count": 1,
+                        "children": {"a": {"total": 0.5, "count": 1, "gpu_total": -1}}})

@@ -3,7 +3,8 @@
 Sixteen rollout workers produce sixteen trees that differ only in their numbers. This view
 lines them up node by node (by path below the block that started them) and shows, per node,
 the minimum, mean and maximum total and count over the workers that ran it, how many of them
-did, and which one was slowest — the straggler that the others wait for.
+did, and which one was slowest — the straggler that the others wait for. When any block was
+timed on the GPU too, the mean and maximum GPU time over the workers that measured it.
 
 Example::
 
@@ -34,6 +35,15 @@ class NodeStats:
     counts: list[int]
     workers: list[WorkerInfo]
     is_parallel: bool = False
+    gpu_totals: list[float] = field(default_factory=list)  # workers that measured GPU time
+
+    @property
+    def mean_gpu(self) -> float | None:
+        return sum(self.gpu_totals) / len(self.gpu_totals) if self.gpu_totals else None
+
+    @property
+    def max_gpu(self) -> float | None:
+        return max(self.gpu_totals) if self.gpu_totals else None
 
     @property
     def min_total(self) -> float:
@@ -115,6 +125,11 @@ def summarize(tree: Tree) -> list[RoleSummary]:
                 [sum(c.total for c in w.node.children.values()) for w in workers],
                 [sum(c.count for c in w.node.children.values()) for w in workers],
                 list(workers),
+                gpu_totals=[
+                    sum(c.gpu_total for c in w.node.children.values())
+                    for w in workers
+                    if any(c.gpu_count for c in w.node.children.values())
+                ],
             )
         )
         union = _union([w.node for w in workers])
@@ -127,6 +142,8 @@ def summarize(tree: Tree) -> list[RoleSummary]:
                     stats.counts.append(node.count)
                     stats.workers.append(worker)
                     stats.is_parallel |= node.is_parallel
+                    if node.gpu_count:
+                        stats.gpu_totals.append(node.gpu_total)
             summary.nodes.append(stats)
         summaries.append(summary)
     return summaries
@@ -175,6 +192,16 @@ def render(tree: Tree, *, ascii_only: bool = False) -> str:
     def fmt(seconds: float) -> str:
         return format_seconds(seconds, ascii_only=ascii_only)
 
+    gpu = tree.has_gpu()
+    gpu_head = f"  {'gpu mean':>10}  {'gpu max':>10}" if gpu else ""
+
+    def gpu_cells(stats: NodeStats) -> str:
+        if not gpu:
+            return ""
+        mean, top = stats.mean_gpu, stats.max_gpu
+        return (f"  {fmt(mean) if mean is not None else '-':>10}"
+                f"  {fmt(top) if top is not None else '-':>10}")
+
     for summary in summaries:
         where = ", ".join(
             " / ".join(clean_text(p) for p in path) or "root" for path in summary.start_paths
@@ -190,7 +217,8 @@ def render(tree: Tree, *, ascii_only: bool = False) -> str:
         width = min(_MAX_NAME_WIDTH, max(len(label) for label in labels))
         lines.append(
             f"{'block':<{width}}  {'workers':>7}  {'total min':>10}  {'mean':>10}  {'max':>10}"
-            f"  {'max/mean':>8}  {'count min':>9}  {'mean':>9}  {'max':>9}  slowest"
+            f"  {'max/mean':>8}{gpu_head}"
+            f"  {'count min':>9}  {'mean':>9}  {'max':>9}  slowest"
         )
         for label, stats in zip(labels, summary.nodes, strict=True):
             spread = f"{stats.max_total / stats.mean_total:.2f}x" if stats.mean_total > 0 else "-"
@@ -198,7 +226,7 @@ def render(tree: Tree, *, ascii_only: bool = False) -> str:
                 f"{_shorten(label, width):<{width}}"
                 f"  {f'{len(stats.totals)}/{len(summary.workers)}':>7}"
                 f"  {fmt(stats.min_total):>10}  {fmt(stats.mean_total):>10}"
-                f"  {fmt(stats.max_total):>10}  {spread:>8}"
+                f"  {fmt(stats.max_total):>10}  {spread:>8}{gpu_cells(stats)}"
                 f"  {format_count(stats.min_count):>9}  {format_count(stats.mean_count):>9}"
                 f"  {format_count(stats.max_count):>9}  {_worker_name(stats.slowest)}"
             )

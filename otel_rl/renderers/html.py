@@ -55,6 +55,8 @@ def _node_data(node: TreeNode) -> dict[str, Any]:
     }
     if node.is_parallel:
         data["p"] = 1
+    if node.gpu_count:
+        data["g"] = _finite(node.gpu_total)
     if node.children:
         data["k"] = [_node_data(child) for child in node.children.values()]
     return data
@@ -268,14 +270,50 @@ def _hotspots_html(tree: Tree) -> str:
     return _table("hotspots", ["block", "self", "% of run", "total", "count"], rows)
 
 
+def _gpu_html(tree: Tree) -> str:
+    """GPU-timed blocks: wall time beside GPU time (empty when no block has GPU time)."""
+    rows = []
+    for path, node in tree.root.walk():
+        if not node.gpu_count:
+            continue
+        crumbs = " &rsaquo; ".join(_esc(p) for p in path[:-1])
+        ratio = f"{node.gpu_total / node.total:.2f}&times;" if node.total > 0 else "-"
+        rows.append(
+            [
+                f'<span class="name" data-path="{_esc(_path_key(path))}">{_esc(path[-1])}</span>'
+                + (f'<div class="crumbs">{crumbs}</div>' if crumbs else ""),
+                _esc(format_seconds(node.total)),
+                _esc(format_seconds(node.gpu_total)),
+                ratio,
+                _esc(f"{format_count(node.gpu_count)} / {format_count(node.count)}"),
+            ]
+        )
+    if not rows:
+        return ""
+    return (
+        '<section class="card" id="gpu-section"><h2>GPU time <span class="sub">blocks opted '
+        "in to GPU timing</span></h2><p class=\"hint\">CPU timers put asynchronous GPU work "
+        "in whichever block waits for it; the GPU column is the time each block's own work "
+        "took on the device (CUDA events).</p>"
+        + _table("gpu", ["block", "total (wall)", "gpu", "gpu / wall", "runs measured"], rows)
+        + "</section>"
+    )
+
+
 def _workers_html(tree: Tree) -> str:
     sections: list[str] = []
+    gpu = tree.has_gpu()
     for summary in crossworker.summarize(tree):
         rows = []
         for stats in summary.nodes:
             name = stats.path[-1] if stats.path else "(all blocks)"
             indent = len(stats.path) * 14
             spread = stats.max_total / stats.mean_total if stats.mean_total > 0 else 1.0
+            gpu_cells = []
+            if gpu:
+                mean, top = stats.mean_gpu, stats.max_gpu
+                gpu_cells = [_esc(format_seconds(mean)) if mean is not None else "-",
+                             _esc(format_seconds(top)) if top is not None else "-"]
             rows.append(
                 [
                     f'<span class="name" style="padding-left:{indent}px">{_esc(name)}</span>',
@@ -284,6 +322,7 @@ def _workers_html(tree: Tree) -> str:
                     _esc(format_seconds(stats.mean_total)),
                     _esc(format_seconds(stats.max_total)),
                     f'<span class="{"warn" if spread > 1.2 else ""}">{spread:.2f}&times;</span>',
+                    *gpu_cells,
                     _esc(f"#{stats.slowest.index} (pid {stats.slowest.pid})"),
                 ]
             )
@@ -292,7 +331,8 @@ def _workers_html(tree: Tree) -> str:
             f'<h3 class="role">{_esc(heading)}</h3>'
             + _table(
                 f"workers-{len(sections)}",
-                ["block", "workers", "total min", "mean", "max", "max/mean", "slowest"],
+                ["block", "workers", "total min", "mean", "max", "max/mean",
+                 *(["gpu mean", "gpu max"] if gpu else []), "slowest"],
                 rows,
             )
         )
@@ -352,6 +392,7 @@ def render(
         facts=facts_html,
         banner=banner,
         hotspots=_hotspots_html(tree),
+        gpu=_gpu_html(tree),
         workers=workers_section,
         gauges=_gauges_html(tree),
         metadata=_metadata_html(tree),
@@ -391,6 +432,7 @@ _TEMPLATE = """<!DOCTYPE html>
   <div class="legend"><span class="swatch parallel-swatch"></span> parallel branch (another thread or process; may exceed its parent) · width = total time<span id="legend-mode"></span> · click a block to zoom in, an ancestor to zoom out</div>
 </section>
 <section class="card" id="hotspots-section"><h2>Where the time goes <span class="sub">blocks by self time</span></h2>{hotspots}</section>
+{gpu}
 <section class="card" id="timeline-section">
   <div class="toolbar"><h2>Timeline</h2><div class="controls"><button id="timeline-reset" type="button" disabled>Reset zoom</button></div></div>
   <p id="timeline-note" class="hint"></p>

@@ -62,7 +62,7 @@
   var maxDepth = 0;
   function index(raw, parent, depth, path) {
     var node = { name: raw.n, total: raw.t || 0, self: raw.s || 0, count: raw.c, parallel: !!raw.p,
-                 parent: parent, depth: depth, path: path, children: [] };
+                 gpu: raw.g, parent: parent, depth: depth, path: path, children: [] };
     node.key = JSON.stringify(path);
     nodes.push(node); byPath[node.key] = node;
     maxDepth = Math.max(maxDepth, depth);
@@ -103,6 +103,7 @@
   function nodeTip(ev, node) {
     var rows = [["total", fmtS(node.total)], ["self", fmtS(node.self)], ["count", fmtN(node.count)],
                 ["mean", node.count ? fmtS(node.total / node.count) : "–"]];
+    if (node.gpu !== undefined) rows.splice(1, 0, ["gpu", fmtS(node.gpu)]);
     if (node.parent) rows.push(["% of parent", pct(node.total, node.parent.total)]);
     rows.push(["% of run", pct(node.total, root.total)]);
     var where = node.path.length > 1 ? node.path.slice(0, -1).join(" › ") : "";

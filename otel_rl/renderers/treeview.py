@@ -3,7 +3,8 @@
 Sample Factory prints one indented line per block; ML-Agents' ``timers.json`` carries total,
 count, self and ``is_parallel``. This view does both: one line per node with its total, self
 time, count, mean per run and share of its parent, a mark on parallel branches (whose time may
-exceed their parent's, since they ran alongside it), then the gauges and metadata.
+exceed their parent's, since they ran alongside it), then the gauges and metadata. When any
+block was timed on the GPU too, a ``gpu`` column beside ``total`` shows its GPU time.
 
 Example::
 
@@ -106,21 +107,29 @@ def _rows(
         yield from _rows(child, glyphs, prefix + (glyphs.blank if last else glyphs.pipe))
 
 
-def _node_table(root_label: str, root: TreeNode, glyphs: _Glyphs, root_total: float) -> list[str]:
-    """The column-aligned table for `root` and everything below it."""
+def _node_table(
+    root_label: str, root: TreeNode, glyphs: _Glyphs, root_total: float, gpu: bool = False
+) -> list[str]:
+    """The column-aligned table for `root` and everything below it (`gpu`: a GPU column)."""
     ascii_only = glyphs is _ASCII
     rows: list[tuple[str, TreeNode, float | None]] = [(root_label, root, None)]
     rows.extend(_rows(root, glyphs, node_total=root_total))
     width = min(_MAX_NAME_WIDTH, max(len(label) for label, _, _ in rows))
-    header = f"{'block':<{width}}  {'total':>11}  {'self':>11}  {'count':>9}  {'mean':>11}  {'% parent':>8}"
+    gpu_head = f"  {'gpu':>11}" if gpu else ""
+    header = (f"{'block':<{width}}  {'total':>11}{gpu_head}  {'self':>11}  {'count':>9}"
+              f"  {'mean':>11}  {'% parent':>8}")
     lines = [header.rstrip()]
     for label, node, parent_total in rows:
         total = root_total if node is root else node.total
         mean = total / node.count if node.count else 0.0
         share = "" if parent_total is None else _percent(node.total, parent_total)
+        gpu_cell = ""
+        if gpu:
+            shown = format_seconds(node.gpu_total, ascii_only=ascii_only) if node.gpu_count else "-"
+            gpu_cell = f"  {shown:>11}"
         lines.append(
             f"{_shorten(label, width, glyphs.ellipsis):<{width}}"
-            f"  {format_seconds(total, ascii_only=ascii_only):>11}"
+            f"  {format_seconds(total, ascii_only=ascii_only):>11}{gpu_cell}"
             f"  {format_seconds(node.self_time, ascii_only=ascii_only):>11}"
             f"  {format_count(node.count):>9}"
             f"  {format_seconds(mean, ascii_only=ascii_only) if node.count else '-':>11}"
@@ -172,6 +181,8 @@ def _subtract(target: TreeNode, source: TreeNode) -> None:
         _subtract(node, src)
         node.total = max(0.0, node.total - src.total)
         node.count = max(0, node.count - src.count)
+        node.gpu_total = max(0.0, node.gpu_total - src.gpu_total)
+        node.gpu_count = max(0, node.gpu_count - src.gpu_count)
         if node.count == 0 and not node.children:
             del target.children[name]
 
@@ -206,25 +217,34 @@ def render(tree: Tree, *, per_process: bool = False, ascii_only: bool = False) -
     per entry of ``tree.workers``. `ascii_only` draws with ASCII instead of box characters.
     """
     glyphs = _ASCII if ascii_only else _UNICODE
+    gpu = tree.has_gpu()
     lines = _incomplete_lines(tree)
     if per_process:
         main = main_process_root(tree)
         lines.append("== main process ==")
-        lines.extend(_node_table(clean_text(tree.root.name), main, glyphs, main.total))
+        lines.extend(_node_table(clean_text(tree.root.name), main, glyphs, main.total, gpu))
         for worker in tree.workers:
             where = " / ".join(clean_text(p) for p in worker.path) or clean_text(tree.root.name)
             lines.append("")
             lines.append(f"== worker {worker_label(worker)}, started under {where} ==")
             lines.extend(
-                _node_table(worker_label(worker), worker.node, glyphs, _worker_total(worker))
+                _node_table(worker_label(worker), worker.node, glyphs, _worker_total(worker), gpu)
             )
     else:
-        lines.extend(_node_table(clean_text(tree.root.name), tree.root, glyphs, tree.root.total))
+        lines.extend(
+            _node_table(clean_text(tree.root.name), tree.root, glyphs, tree.root.total, gpu)
+        )
     if any(node.is_parallel for _, node in tree.root.walk()):
         lines.append("")
         lines.append(
             f"{glyphs.parallel.strip()} ran in parallel (another thread or process): "
             "its time can exceed its parent's."
+        )
+    if gpu:
+        lines.append("")
+        lines.append(
+            "gpu: time the block's work took on the GPU (CUDA events; blocks opted in only, "
+            "'-' where not measured)."
         )
     for extra in (_gauge_lines(tree), _metadata_lines(tree, glyphs)):
         if extra:
