@@ -194,7 +194,7 @@ def test_replay_with_a_malformed_line_sends_nothing(
     path.write_text(path.read_text() + '{"resourceSpans": [{"scopeSpans": 7}]}\n')
     since = time.time_ns() - 60 * 10**9
     code, out, err = cli(capsys, "replay", str(path), "--endpoint", grpc_endpoint(jaeger))
-    assert code == 2
+    assert code == 4
     assert err.startswith(f"otel-rl replay: {path}:2: not an OTLP-JSON trace request")
     assert err.count("\n") == 1 and out == ""
     time.sleep(0.3)  # longer than Jaeger's batch timeout: anything sent would show by now
@@ -216,7 +216,7 @@ def test_replay_with_a_malformed_line_sends_nothing(
         ),
         (
             '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}\n',
-            "traceId 'zz' is not hex",
+            "bad traceId 'zz'",
         ),
         ("\n\n", "no spans to send"),
     ],
@@ -228,7 +228,7 @@ def test_replay_bad_files_get_one_line_errors(
     path.write_text(content)
     port = free_port()  # never contacted: the file is checked first
     code, out, err = cli(capsys, "replay", str(path), "--endpoint", f"http://127.0.0.1:{port}")
-    assert code == 2 and out == ""
+    assert code == 4 and out == ""  # bad input
     assert err.startswith("otel-rl replay: ") and err.count("\n") == 1
     assert fragment in err
 
@@ -253,7 +253,7 @@ def test_replay_to_an_unreachable_endpoint_fails_in_one_line(
         "2",
     )
     assert time.monotonic() - started < 5  # two short retries, then give up
-    assert code == 2 and out == ""
+    assert code == 5 and out == ""  # unavailable
     assert err.startswith(f"otel-rl replay: could not send {path}: ")
     assert str(port) in err and err.count("\n") == 1
 
@@ -281,7 +281,7 @@ def test_replay_says_when_only_part_of_the_file_arrived(
     ("args", "fragment"),
     [
         (["--header", "novalue"], "--header 'novalue': expected K=V"),
-        (["--timeout", "0"], "--timeout must be positive"),
+        (["--timeout", "0"], "--timeout must be a positive number"),
         (["--protocol", "http/protobuf", "--endpoint", "127.0.0.1:4318"], "http:// or https://"),
     ],
 )
@@ -452,7 +452,7 @@ def test_import_output_can_be_replayed_later(
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("{not json", "not a timers.json: invalid JSON"),
+        ("{not json", "timers.json: invalid JSON"),
         ('{"name": "root", "total": "slow", "count": 1}', "'total' must be a number"),
         ("[1, 2]", "root: expected a JSON object"),
     ],
@@ -463,7 +463,7 @@ def test_import_invalid_timers_json_gets_the_tree_models_one_line_error(
     path = tmp_path / "timers.json"
     path.write_text(content)
     code, out, err = cli(capsys, "import", str(path), "--output", str(tmp_path / "o.jsonl"))
-    assert code == 2 and out == ""
+    assert code == 4 and out == ""
     assert err.startswith("otel-rl import: ") and err.count("\n") == 1
     assert fragment in err
     assert not (tmp_path / "o.jsonl").exists()
@@ -476,7 +476,7 @@ def test_import_needs_somewhere_to_put_the_trace(
     code, _, err = cli(capsys, "import", str(path))
     assert code == 2 and "give --endpoint" in err
     code, _, err = cli(capsys, "import", str(tmp_path / "missing.json"), "--output", "x")
-    assert code == 2 and "cannot read" in err and err.count("\n") == 1
+    assert code == 4 and "no such file" in err and err.count("\n") == 1
 
 
 def test_import_to_an_unreachable_endpoint_fails_in_one_line(
@@ -494,7 +494,7 @@ def test_import_to_an_unreachable_endpoint_fails_in_one_line(
         "--timeout",
         "1",
     )
-    assert code == 2
+    assert code == 5
     assert err.startswith("otel-rl import: could not send") and err.count("\n") == 1
 
 

@@ -116,9 +116,13 @@ def test_spans_with_missing_parents_give_an_incomplete_report(
 ) -> None:
     # Drop the update spans: their children's parents are missing.
     spans = [s for s in run_spans(iterations=2) if s.name != "update"]
-    code, out, _ = _report(capsys, str(_spans_file(tmp_path / "spans.jsonl", spans)))
-    assert code == 0
+    path = str(_spans_file(tmp_path / "spans.jsonl", spans))
+    code, out, err = _report(capsys, path)
+    assert code == 3  # partial: reported, with a banner, but not accepted silently
     assert out.startswith("INCOMPLETE")
+    assert err.count("\n") == 1 and "--allow-partial" in err
+    code, out, err = _report(capsys, path, "--allow-partial")
+    assert code == 0 and out.startswith("INCOMPLETE") and err.startswith("otel-rl report: warning")
 
 
 @pytest.mark.parametrize(
@@ -133,7 +137,7 @@ def test_spans_with_missing_parents_give_an_incomplete_report(
         ('{"resourceSpans": []}\n', "no spans in the file"),
     ],
 )
-def test_bad_input_is_a_one_line_error_exit_2(
+def test_bad_input_is_a_one_line_error_exit_4(
     tmp_path: Path, content: str | None, message: str
 ) -> None:
     path = tmp_path / "input.json"
@@ -147,7 +151,7 @@ def test_bad_input_is_a_one_line_error_exit_2(
         cwd=REPO,
         timeout=60,
     )
-    assert result.returncode == 2
+    assert result.returncode == 4
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith(f"otel-rl report: {path}")
@@ -155,13 +159,13 @@ def test_bad_input_is_a_one_line_error_exit_2(
     assert not out_html.exists()
 
 
-def test_unwritable_html_output_is_exit_2_before_printing(
+def test_unwritable_html_output_is_exit_5_before_printing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     timers = tmp_path / "timers.json"
     timers.write_text(mlagents_tree().to_json(), encoding="utf-8")
     target = tmp_path / "missing-dir" / "r.html"
     code, out, err = _report(capsys, str(timers), "--html", str(target))
-    assert code == 2
+    assert code == 5
     assert out == ""
     assert err.startswith(f"otel-rl report: cannot write {target}")

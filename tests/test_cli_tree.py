@@ -103,7 +103,7 @@ def test_jaeger_and_tempo_sources(
 def test_unknown_trace_id_is_a_one_line_error(server: _Server) -> None:
     result = otel_rl("--jaeger", server.url, "--trace-id", "abc123")
     assert_one_line_error(result, "not found in Jaeger")
-    assert result.returncode == 2
+    assert result.returncode == 4
     assert result.stdout == ""
 
 

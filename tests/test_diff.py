@@ -145,28 +145,28 @@ def test_cli_faster_run_passes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("b", "args", "message"),
+    ("b", "args", "message", "code"),
     [
-        ("{not json", (), "b.json"),
-        ({"name": "root", "total": "slow", "count": 1}, (), "'total' must be a number"),
-        ([1, 2, 3], (), "b.json"),
-        ("", (), "empty file"),
-        (None, ("--threshold", "-5"), "--threshold must be a non-negative number"),
+        ("{not json", (), "b.json", 4),
+        ({"name": "root", "total": "slow", "count": 1}, (), "'total' must be a number", 4),
+        ([1, 2, 3], (), "b.json", 4),
+        ("", (), "empty file", 4),
+        (None, ("--threshold", "-5"), "--threshold must be a non-negative number", 2),
     ],
 )
-def test_cli_bad_input_is_a_one_line_error_exit_2(
-    tmp_path: Path, b: Any, args: tuple[str, ...], message: str
+def test_cli_bad_input_is_a_one_line_error_never_exit_1(
+    tmp_path: Path, b: Any, args: tuple[str, ...], message: str, code: int
 ) -> None:
     good = _tree(1.0, 0.5, 1.0)
     result = _diff_cli(tmp_path, good, good if b is None else b, *args)
-    assert result.returncode == 2
+    assert result.returncode == code
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith("otel-rl diff: ")
     assert message in result.stderr
 
 
-def test_cli_missing_file_is_exit_2(tmp_path: Path) -> None:
+def test_cli_missing_file_is_exit_4(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text(json.dumps(_tree(1.0, 0.5, 1.0)))
     result = subprocess.run(
         [sys.executable, "-m", "otel_rl", "diff", str(tmp_path / "a.json"), str(tmp_path / "nope")],
@@ -175,5 +175,5 @@ def test_cli_missing_file_is_exit_2(tmp_path: Path) -> None:
         cwd=REPO,
         timeout=60,
     )
-    assert result.returncode == 2
+    assert result.returncode == 4
     assert result.stderr.strip() == f"otel-rl diff: {tmp_path / 'nope'}: no such file"

@@ -20,6 +20,7 @@ import base64
 import binascii
 import gzip
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -183,24 +184,26 @@ def iter_spans_file(path: str | Path) -> Iterator[tuple[int, bytes, int]]:
         except ValueError as exc:
             hint = " (the last line is cut short)" if truncated else ""
             raise UserError(
-                f"{path}:{lineno}: not an OTLP-JSON trace request{hint}: {exc}"
+                f"{_shown_path(path)}:{lineno}: not an OTLP-JSON trace request{hint}: {exc}"
             ) from None
         yield lineno, message.SerializeToString(), request_span_count(message)
 
 
 def _numbered_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    lineno = 0
-    try:
-        with open(path, "rb") as raw:
-            compressed = raw.read(2) == b"\x1f\x8b"  # gzip's magic number
-            raw.seek(0)
-            handle: Any = gzip.GzipFile(fileobj=raw) if compressed else raw
-            for lineno, line in enumerate(handle, start=1):
-                yield lineno, line
-    except (OSError, EOFError) as exc:
-        where = f"{path}:{lineno + 1}" if lineno else str(path)
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UserError(f"cannot read {where}: {reason or type(exc).__name__}") from None
+    # Through the input boundary: regular files only, bounded lines (see readers.boundary).
+    from otel_rl._internal.readers.boundary import describe_path, iter_lines, open_input
+
+    with open_input(path, "a spans file") as raw:
+        compressed = raw.read(2) == b"\x1f\x8b"  # gzip's magic number
+        raw.seek(0)
+        handle: Any = gzip.GzipFile(fileobj=raw) if compressed else raw
+        yield from iter_lines(handle, describe_path(path))
+
+
+def _shown_path(path: str | Path) -> str:
+    from otel_rl._internal.readers.boundary import describe_path
+
+    return describe_path(path)
 
 
 def load_spans_file_requests(path: str | Path) -> Iterator[bytes]:
@@ -269,12 +272,17 @@ def split_request(request: bytes, max_bytes: int) -> list[bytes]:
 
 
 def _parse_line(raw_line: bytes) -> Any:
+    from otel_rl._internal.readers.boundary import decode_text, parse_json
+    from otel_rl._internal.readers.otlp_json import spans_from_document
+
     try:
-        data = json.loads(raw_line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"invalid JSON ({exc})") from None
-    if not isinstance(data, dict) or not ("resourceSpans" in data or "resource_spans" in data):
-        raise ValueError("expected an object with 'resourceSpans'")
+        data = parse_json(decode_text(raw_line, "@"), "@")
+        if not isinstance(data, dict) or not ("resourceSpans" in data or "resource_spans" in data):
+            raise ValueError("expected an object with 'resourceSpans'")
+        # What `otel-rl tree` would refuse is not sent either (ids, times, types, limits).
+        spans_from_document(data, "@")
+    except UserError as exc:
+        raise ValueError(re.sub(r"^@( line \d+)?: ", "", str(exc))) from None
     _convert_ids(data, _hex_to_b64)
     message = ExportTraceServiceRequest()
     try:

@@ -1,16 +1,34 @@
 """`otel-rl` command line. Each subcommand lives in its own module with a `register` function.
 
 Importing this package imports no subcommand: `otel-rl tree` never pays for the demo's numpy.
+
+Every failure ends as one line on stderr, ``otel-rl <command>: <what is wrong>`` (at most
+`MAX_MESSAGE_CHARS` characters), and an exit code from `otel_rl._internal.errors` — never a
+traceback. An error nobody planned for (a bug) is reported the same way, with exit code 70;
+``OTEL_RL_DEBUG=1`` shows its traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import (
+    EXIT_INTERRUPTED,
+    MAX_MESSAGE_CHARS,
+    UsageError,
+    UserError,
+    one_line,
+    shorten,
+    shown,
+)
+
+#: Exit code for an error nobody planned for (BSD's EX_SOFTWARE): a bug to report.
+EXIT_INTERNAL = 70
 
 #: name -> (module, one-line help). Each module defines `register(parser)` adding its arguments
 #: and `run(args) -> int`.
@@ -27,43 +45,107 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 #: Top-level modules that come with the `otlp` extra (protobuf, opentelemetry-proto, grpcio).
 _OTLP_EXTRA_MODULES = frozenset({"google", "grpc", "opentelemetry"})
 
+_EPILOG = (
+    "exit codes: 0 done, 1 diff found a regression, 2 usage error, 3 partial result written, "
+    "4 bad input, 5 unavailable (backend, output), 70 internal error, 130 interrupted"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error raised as one `UsageError` line instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(
-        prog="otel-rl", description="OpenTelemetry-native profiling for RL training."
+    parser: argparse.ArgumentParser = _Parser(
+        prog="otel-rl",
+        description="OpenTelemetry-native profiling for RL training.",
+        epilog=_EPILOG,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parsers = {}
+    parsers: dict[str, argparse.ArgumentParser] = {}
     for name, (_module, help_text) in SUBCOMMANDS.items():
-        parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
+        parsers[name] = sub.add_parser(
+            name, help=help_text, description=help_text, epilog=_EPILOG
+        )
     return parser, parsers
+
+
+def _say(label: str, message: str) -> None:
+    line = shorten(f"{label}: {one_line(message)}", MAX_MESSAGE_CHARS)
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # stderr is gone: the exit code still says it
+
+
+def _tolerant_output() -> None:
+    # A timer name the terminal's encoding cannot show is escaped, not a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):
+                pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_output()
     parser, parsers = build_parser()
     # Only the chosen subcommand's module is imported.
     name = next((a for a in argv if not a.startswith("-")), None)
-    if name not in SUBCOMMANDS:
-        parser.print_help(sys.stderr if name else sys.stdout)
-        return 2 if name else 0
+    label = f"otel-rl {name}" if name in SUBCOMMANDS else "otel-rl"
     try:
-        module = importlib.import_module(SUBCOMMANDS[name][0])
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in _OTLP_EXTRA_MODULES:
-            raise
-        print(f"otel-rl {name}: needs the OTLP extra ({exc.name} is not installed): "
-              "pip install 'otel-rl[otlp]'", file=sys.stderr)
-        return 2
-    module.register(parsers[name])
-    args = parser.parse_args(argv)
-    try:
+        if name is None:
+            if not argv or any(a in ("-h", "--help") for a in argv):
+                parser.print_help(sys.stdout)
+                return 0
+            raise UsageError(f"expected a command ({', '.join(SUBCOMMANDS)}); see 'otel-rl --help'")
+        if name not in SUBCOMMANDS:
+            raise UsageError(
+                f"unknown command {shown(name)} (commands: {', '.join(SUBCOMMANDS)})"
+            )
+        try:
+            module = importlib.import_module(SUBCOMMANDS[name][0])
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in _OTLP_EXTRA_MODULES:
+                raise
+            raise UsageError(
+                f"needs the OTLP extra ({exc.name} is not installed): pip install 'otel-rl[otlp]'"
+            ) from None
+        module.register(parsers[name])
+        args = parser.parse_args(argv)
         return int(module.run(args) or 0)
     except UserError as exc:
-        print(f"otel-rl {name}: {exc}", file=sys.stderr)
+        _say(label, str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"otel-rl {name}: interrupted", file=sys.stderr)
-        return 130
+        _say(label, "interrupted")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
+        # The reader went away (`otel-rl report x | head`): that is not an error.
+        _silence_stdout()
         return 0
+    except SystemExit as exc:  # --help, or a subcommand that exits itself
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # a bug: still one line, never a traceback
+        if os.environ.get("OTEL_RL_DEBUG"):
+            raise
+        _say(
+            label,
+            f"internal error ({type(exc).__name__}: {one_line(exc)[:80]}); please report it "
+            "(OTEL_RL_DEBUG=1 shows the traceback)",
+        )
+        return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

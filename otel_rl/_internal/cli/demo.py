@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UnavailableError, UsageError
 
 #: Limits that keep a typo from starting hundreds of processes.
 MAX_WORKERS = 64
@@ -86,36 +86,36 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _check_options(args: argparse.Namespace) -> None:
     if args.steps < 1:
-        raise UserError(f"--steps must be a positive number of steps, got {args.steps}")
+        raise UsageError(f"--steps must be a positive number of steps, got {args.steps}")
     if not 1 <= args.workers <= MAX_WORKERS:
-        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
+        raise UsageError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
     if args.seed < 0:
-        raise UserError(f"--seed must be zero or positive, got {args.seed}")
+        raise UsageError(f"--seed must be zero or positive, got {args.seed}")
     if args.checkpoint_interval < 1:
-        raise UserError(
+        raise UsageError(
             f"--checkpoint-interval must be a positive number of steps, got {args.checkpoint_interval}"
         )
     run_id = args.run_id
     # The run id names a folder that --force deletes: it must stay one plain name.
     if not run_id or run_id in (".", "..") or any(c in run_id for c in "/\\\0"):
-        raise UserError(f"--run-id must be a plain folder name, got {run_id!r}")
+        raise UsageError(f"--run-id must be a plain folder name, got {run_id!r}")
 
 
 def _prepare_run_dir(output: Path, run_id: str, force: bool) -> Path:
     """Create ``output/run_id`` (empty), or explain in one line why it cannot be."""
     if output.exists() and not output.is_dir():
-        raise UserError(f"--output {output} is not a directory")
+        raise UsageError(f"--output {output} is not a directory")
     try:
         output.mkdir(parents=True, exist_ok=True)
         # Fail now, not after training, if nothing can be written here.
         with tempfile.TemporaryFile(dir=output):
             pass
     except OSError as exc:
-        raise UserError(f"cannot write to --output {output}: {exc.strerror or exc}") from None
+        raise UnavailableError(f"cannot write to --output {output}: {exc.strerror or exc}") from None
     run_dir = output / run_id
     if run_dir.exists() or run_dir.is_symlink():
         if not force:
-            raise UserError(
+            raise UsageError(
                 f"{run_dir} already exists; choose another --run-id or pass --force to overwrite it"
             )
         try:
@@ -124,11 +124,11 @@ def _prepare_run_dir(output: Path, run_id: str, force: bool) -> Path:
             else:
                 run_dir.unlink()
         except OSError as exc:
-            raise UserError(f"cannot remove {run_dir}: {exc.strerror or exc}") from None
+            raise UnavailableError(f"cannot remove {run_dir}: {exc.strerror or exc}") from None
     try:
         (run_dir / "run_logs").mkdir(parents=True)
     except OSError as exc:
-        raise UserError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
+        raise UnavailableError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
     return run_dir
 
 
@@ -189,7 +189,7 @@ def _report(logs_dir: Path) -> tuple[str, bool]:
     try:
         tree = Tree.from_json(timers_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"training finished but {timers_path} was not written") from None
+        raise UnavailableError(f"training finished but {timers_path} was not written") from None
     spans_path = logs_dir / SPANS_FILE
     spans = read_otlp_json_file(spans_path) if spans_path.exists() else None
     _write_text(logs_dir / REPORT_FILE, html.render(tree, spans, title="otel-rl demo"))
@@ -204,7 +204,7 @@ def _write_text(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise UnavailableError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _print(line: str) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 from otel_rl._internal import semconv
 from otel_rl._internal.cli.replay import add_endpoint_arguments, make_transport, send_all
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UsageError, UserError
+from otel_rl._internal.readers.boundary import MAX_TIME_NS
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.spandata_otlp import build_request, request_to_json_line
 from otel_rl._internal.tree import Tree, TreeNode
@@ -81,38 +81,63 @@ def tree_to_spans(
         resource=resource,
     )
     spans = [run_span]
-    _add_children(spans, root, run_span, resource)
-    return spans
-
-
-def _add_children(
-    spans: list[SpanData], node: TreeNode, parent: SpanData, resource: dict[str, object]
-) -> None:
-    cursor = parent.start_ns
-    for child in node.children.values():
-        attributes: dict[str, object] = {
-            semconv.SYNTHETIC: True,
-            semconv.COUNT: child.count,
-            SELF_SECONDS: child.self_time,
-        }
-        if child.is_parallel:
-            attributes[IS_PARALLEL] = True
-        if child.gpu_count:
-            attributes[semconv.GPU_SECONDS] = child.gpu_total
-            attributes[semconv.GPU_COUNT] = child.gpu_count
-        span = SpanData(
-            trace_id=parent.trace_id,
-            span_id=_random_id(8),
-            parent_span_id=parent.span_id,
-            name=child.name,
-            start_ns=cursor,
-            end_ns=cursor + _ns(child.total),
-            attributes=attributes,
-            resource=resource,
+    # Depth first with an explicit stack: a timers.json can be thousands of levels deep.
+    todo: list[tuple[TreeNode, SpanData]] = [(root, run_span)]
+    while todo:
+        node, parent = todo.pop()
+        cursor = parent.start_ns
+        placed = []
+        for child in node.children.values():
+            span = _child_span(child, parent, cursor, resource)
+            spans.append(span)
+            cursor = span.end_ns
+            placed.append((child, span))
+        todo.extend(reversed(placed))
+    if any(span.end_ns > MAX_TIME_NS for span in spans):
+        raise UserError(
+            "the tree's totals do not fit in spans (they would end after the year 2554); "
+            "is a total wrong?"
         )
-        spans.append(span)
-        cursor = span.end_ns
-        _add_children(spans, child, span, resource)
+    return _depth_first(spans)
+
+
+def _depth_first(spans: list[SpanData]) -> list[SpanData]:
+    """`spans` (run span first, children after each level) in depth-first order."""
+    children: dict[str, list[SpanData]] = {}
+    for span in spans[1:]:
+        children.setdefault(span.parent_span_id, []).append(span)
+    ordered: list[SpanData] = []
+    todo = [spans[0]]
+    while todo:
+        span = todo.pop()
+        ordered.append(span)
+        todo.extend(reversed(children.get(span.span_id, ())))
+    return ordered
+
+
+def _child_span(
+    child: TreeNode, parent: SpanData, start_ns: int, resource: dict[str, object]
+) -> SpanData:
+    attributes: dict[str, object] = {
+        semconv.SYNTHETIC: True,
+        semconv.COUNT: child.count,
+        SELF_SECONDS: child.self_time,
+    }
+    if child.is_parallel:
+        attributes[IS_PARALLEL] = True
+    if child.gpu_count:
+        attributes[semconv.GPU_SECONDS] = child.gpu_total
+        attributes[semconv.GPU_COUNT] = child.gpu_count
+    return SpanData(
+        trace_id=parent.trace_id,
+        span_id=_random_id(8),
+        parent_span_id=parent.span_id,
+        name=child.name,
+        start_ns=start_ns,
+        end_ns=start_ns + _ns(child.total),
+        attributes=attributes,
+        resource=resource,
+    )
 
 
 def _ns(seconds: float) -> int:
@@ -132,29 +157,48 @@ def _start_ns(tree: Tree) -> int:
         start_s = float(tree.metadata.get("start_time_seconds", ""))
     except ValueError:
         start_s = 0.0
-    if start_s > 0:
+    if 0 < start_s < 2**63 / 1e9:  # also false for NaN and infinity
         return int(start_s * 1e9)
-    return time.time_ns() - _ns(tree.root.total)
+    return max(0, time.time_ns() - _ns(tree.root.total))
+
+
+def read_timers_file(path: str) -> Tree:
+    """The `Tree` in the timers.json at `path`, through the input boundary (one-line errors)."""
+    from otel_rl._internal.cli.report import read_timers_document
+    from otel_rl._internal.readers.boundary import (
+        decode_text,
+        describe_path,
+        parse_json,
+        read_input,
+    )
+
+    source = describe_path(path)
+    document = parse_json(decode_text(read_input(path, "a timers.json"), source), source)
+    return read_timers_document(document, source)
 
 
 def run(args: argparse.Namespace) -> int:
+    from otel_rl._internal.cli._output import check_output_path, write_output
+
     if not args.endpoint and not args.output:
-        raise UserError("nothing to do: give --endpoint to send the trace, --output to save it")
+        raise UsageError("nothing to do: give --endpoint to send the trace, --output to save it")
+    if not args.service_name.strip():
+        raise UsageError("--service-name must not be empty")
+    if args.output:
+        check_output_path(args.output, "--output")
     transport = make_transport(args) if args.endpoint else None
     try:
-        text = Path(args.file).read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    tree = Tree.from_json(text)
-    spans = tree_to_spans(tree, args.service_name, _start_ns(tree))
-    request = build_request(spans)
-    trace_id = spans[0].trace_id
-    if args.output:
-        try:
-            Path(args.output).write_text(request_to_json_line(request) + "\n")
-        except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-        print(f"wrote {len(spans)} spans to {args.output}")
+        tree = read_timers_file(args.file)
+        spans = tree_to_spans(tree, args.service_name, _start_ns(tree))
+        request = build_request(spans)
+        trace_id = spans[0].trace_id
+        if args.output:
+            write_output(args.output, request_to_json_line(request) + "\n")
+            print(f"wrote {len(spans)} spans to {args.output}")
+    except BaseException:
+        if transport is not None:
+            transport.close()
+        raise
     if transport is not None:
         send_all(transport, [(request.SerializeToString(), len(spans))], args.file)
         print(f"sent {len(spans)} spans to {transport.url} ({args.protocol})")

@@ -8,10 +8,18 @@ again would duplicate what did.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Sequence
 
-from otel_rl._internal.errors import IncompleteResultError, UserError
+from otel_rl._internal.errors import (
+    IncompleteResultError,
+    UnavailableError,
+    UsageError,
+    UserError,
+    shown,
+)
+from otel_rl._internal.readers.boundary import describe_path
 from otel_rl._internal.sinks.otlp_transport import (
     GRPC_MAX_MESSAGE_BYTES,
     ExportError,
@@ -71,10 +79,10 @@ def make_transport(args: argparse.Namespace) -> OtlpTransport:
     for item in args.header:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--header {item!r}: expected K=V")
+            raise UsageError(f"--header {shown(item)}: expected K=V")
         headers[key.strip()] = value.strip()
-    if not args.timeout > 0:
-        raise UserError(f"--timeout must be positive, not {args.timeout:g}")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 24 * 3600):
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     try:
         return OtlpTransport(
             args.endpoint,
@@ -85,13 +93,13 @@ def make_transport(args: argparse.Namespace) -> OtlpTransport:
             insecure=True if args.insecure else None,
         )
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def send_all(transport: OtlpTransport, requests: Sequence[tuple[bytes, int]], what: str) -> None:
     """Send ``(request, span count)`` pairs in order, retrying transient failures; then close.
 
-    Raises `UserError` if nothing arrived and `IncompleteResultError` if only part did.
+    Raises `UnavailableError` if nothing arrived and `IncompleteResultError` if only part did.
     """
     total_spans = sum(count for _request, count in requests)
     sent_spans = 0
@@ -105,7 +113,7 @@ def send_all(transport: OtlpTransport, requests: Sequence[tuple[bytes, int]], wh
                     _send_with_retries(transport, part)
                 except ExportError as exc:
                     if sent_spans == 0:
-                        raise UserError(f"could not send {what}: {exc.message}") from None
+                        raise UnavailableError(f"could not send {what}: {exc.message}") from None
                     raise IncompleteResultError(
                         f"partly sent: only {sent_spans} of {total_spans} spans reached "
                         f"{transport.url} before: {exc.message}"
@@ -133,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     requests = [(request, count) for _lineno, request, count in iter_spans_file(args.file)]
     total = sum(count for _request, count in requests)
     if total == 0:
-        raise UserError(f"{args.file}: no spans to send")
+        raise UserError(f"{describe_path(args.file)}: no spans to send")
     send_all(transport, requests, args.file)
     print(
         f"sent {total} spans in {len(requests)} requests from {args.file} "

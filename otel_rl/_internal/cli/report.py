@@ -2,26 +2,30 @@
 
 FILE is a ``timers.json`` (ML-Agents' schema, as otel_rl writes it) or an OTLP-JSON spans file
 (the Collector's file-exporter format, plain or gzip); the content decides, not the name. From
-spans the tree is rebuilt, and the HTML report also gets a timeline of them.
+spans the tree is rebuilt, and the HTML report also gets a timeline of them. A tree that covers
+only part of the run (missing parents, sampled iterations) is reported with a banner and exit
+status 3 unless ``--allow-partial``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UserError, one_line
+from otel_rl._internal.errors import EXIT_PARTIAL, UserError, shown
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 
-__all__ = ["load_input", "register", "run"]
+__all__ = ["MAX_TOTAL_SECONDS", "check_tree", "load_input", "read_timers_document", "register", "run"]
 
-_GZIP_MAGIC = b"\x1f\x8b"
 #: Keys that make a JSON document spans (OTLP, Jaeger api_v3, Tempo), not a timers.json.
 _SPAN_KEYS = ("resourceSpans", "resource_spans", "result", "batches", "trace")
+#: Longest total a node may have: what an OTLP span (uint64 nanoseconds) can hold, ~584 years.
+MAX_TOTAL_SECONDS = (2**64 - 1) / 1e9
+_MAX_COUNT = 2**63 - 1
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +46,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ascii", action="store_true", help="draw the tree with ASCII instead of box characters"
     )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="exit 0 even when the spans cover only part of the run",
+    )
 
 
 def _looks_like_timers(doc: Any) -> bool:
@@ -56,53 +65,85 @@ def load_input(path: str | Path) -> tuple[Tree, list[SpanData] | None]:
     """The tree in `path` and, for a spans file, the spans it was rebuilt from.
 
     A timers.json is a JSON object with ``total``/``name``; anything else is read as spans.
-    Unreadable or malformed input raises `UserError` naming the file.
+    Unreadable or malformed input raises `UserError` naming the file (see
+    `otel_rl._internal.readers.boundary` for what is refused).
     """
-    from otel_rl._internal.readers._common import read_user_file
+    from otel_rl._internal.readers.boundary import (
+        decode_text,
+        describe_path,
+        parse_json,
+        read_input,
+    )
 
-    path = Path(path)
-    raw = read_user_file(path, "a timers.json or spans file")
+    source = describe_path(path)
+    text = decode_text(read_input(path, "a timers.json or spans file"), source)
+    if not text.strip():
+        raise UserError(f"{source}: empty file")
+    if text.lstrip()[:1] not in ("{", "["):
+        raise UserError(f"{source}: not a timers.json or an OTLP-JSON spans file (not JSON)")
     # Imported here: reading a timers.json needs neither the span readers nor the builder.
-    from otel_rl._internal.readers.otlp_json import parse_spans_text, read_otlp_json_file
+    from otel_rl._internal.readers.otlp_json import parse_spans_text, spans_from_document
+    from otel_rl._internal.readers.semantics import check_span_set
     from otel_rl._internal.treebuild import build_tree
 
-    if raw.startswith(_GZIP_MAGIC):
-        spans = read_otlp_json_file(path)
+    doc: Any = None
+    if "\n" not in text.strip():
+        doc = parse_json(text, source)  # one line: one document either way; errors say why
     else:
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-        if not text.strip():
-            raise UserError(f"{path}: empty file")
-        if text.lstrip()[:1] not in ("{", "["):
-            raise UserError(f"{path}: not a timers.json or an OTLP-JSON spans file (not JSON)")
-        try:
-            doc = json.loads(text)
-        except ValueError:
+            doc = parse_json(text, source)
+        except UserError:
             doc = None  # JSON lines (a spans file), or broken: the spans reader says which
-        if _looks_like_timers(doc):
-            try:
-                return Tree.from_dict(doc), None
-            except UserError as exc:
-                raise UserError(f"{path}: {exc}") from None
-        spans = parse_spans_text(text, str(path))
+    if _looks_like_timers(doc):
+        return read_timers_document(doc, source), None
+    spans = parse_spans_text(text, source) if doc is None else spans_from_document(doc, source)
     if not spans:
-        raise UserError(f"{path}: no spans in the file")
+        raise UserError(f"{source}: no spans in the file")
+    check_span_set(spans, source)
     return build_tree(spans), spans
 
 
-def _write(path: Path, text: str) -> None:
+def read_timers_document(doc: Any, source: str) -> Tree:
+    """The `Tree` in a parsed timers.json; schema errors and out-of-range values name `source`."""
     try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {path} ({one_line(exc)})") from None
+        return check_tree(Tree.from_dict(doc))
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
+
+
+def check_tree(tree: Tree) -> Tree:
+    """`tree` if its numbers are in range for every report and for spans; else `UserError`."""
+    todo = [("root", tree.root)]
+    todo.extend((f"root.workers[{i}].tree", worker.node) for i, worker in enumerate(tree.workers))
+    while todo:
+        where, node = todo.pop()
+        if node.total > MAX_TOTAL_SECONDS:
+            raise UserError(f"{where}: total {node.total:g} s is out of range (at most 584 years)")
+        if node.count > _MAX_COUNT:
+            raise UserError(f"{where}: 'count' is out of range (at most 2^63 - 1)")
+        todo.extend(
+            (f"{where}.children.{shown(name, 30)}", child) for name, child in node.children.items()
+        )
+    for name, gauge in tree.gauges.items():
+        values = (gauge.value, gauge.min, gauge.max)
+        if not all(math.isfinite(v) and abs(v) < 1e300 for v in values):
+            raise UserError(f"root.gauges.{shown(name, 30)}: values must be finite numbers")
+        if not 0 <= gauge.count <= _MAX_COUNT:
+            raise UserError(f"root.gauges.{shown(name, 30)}: 'count' is out of range")
+    return tree
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report for ``args.input``; write ``args.html`` if given."""
+    """Print the report for ``args.input``; write ``args.html`` if given.
+
+    0, or 3 when the tree covers only part of the run (unless ``--allow-partial``).
+    """
+    from otel_rl._internal.cli._output import check_output_path, write_output
+    from otel_rl._internal.cli.tree import partial_line
     from otel_rl.renderers import crossworker, treeview
 
+    if args.html:
+        check_output_path(args.html, "--html")
     tree, spans = load_input(args.input)
     # Render everything first: a failure must not leave a half-written HTML file behind.
     page = None
@@ -112,12 +153,17 @@ def run(args: argparse.Namespace) -> int:
         page = html.render(
             tree, spans, title=args.title or f"otel-rl report: {Path(args.input).name}"
         )
-    if page is not None:
-        _write(Path(args.html), page)
     out = [treeview.render(tree, per_process=args.per_process, ascii_only=args.ascii)]
     if tree.workers or args.workers:
         out.append(crossworker.render(tree, ascii_only=args.ascii))
-    sys.stdout.write("\n".join(out))
     if page is not None:
-        print(f"wrote {args.html}", file=sys.stderr)
-    return 0
+        write_output(args.html, page, "--html")
+    sys.stdout.write("\n".join(out))
+    sys.stdout.flush()
+    if tree.complete:
+        if page is not None:
+            print(f"wrote {args.html}", file=sys.stderr)
+        return 0
+    line = partial_line(tree.notes, args.allow_partial, "the report")
+    print(f"otel-rl report: {line}", file=sys.stderr)
+    return 0 if args.allow_partial else EXIT_PARTIAL

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from otel_rl._internal.config import SPAN_POLICIES
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import UnavailableError, UsageError, UserError
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
 
 _USAGE = "usage: otel-rl run [options] -- COMMAND [ARGS...]"
@@ -58,11 +58,11 @@ def child_environment(args: argparse.Namespace, environ: dict[str, str]) -> dict
     env = dict(environ)
     if args.service_name is not None:
         if not args.service_name.strip():
-            raise UserError("--service-name must not be empty")
+            raise UsageError("--service-name must not be empty")
         env["OTEL_RL_SERVICE_NAME"] = args.service_name
     if args.output is not None:
         if not args.output.strip():
-            raise UserError("--output must not be empty")
+            raise UsageError("--output must not be empty")
         # Absolute, so processes that change directory still write to the same folder.
         env["OTEL_RL_OUTPUT_DIR"] = os.path.abspath(args.output)
     if args.spans is not None:
@@ -78,7 +78,7 @@ def command_line(command: list[str], env: dict[str, str]) -> list[str]:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise UserError(f"no command given ({_USAGE})")
+        raise UsageError(f"no command given ({_USAGE})")
     program = command[0]
     if program.endswith(".py"):
         if not os.path.isfile(program):
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             proc = subprocess.Popen(argv, env=env)
         except OSError as exc:
-            raise UserError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+            raise UnavailableError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         forwarder.started(proc)
         returncode = proc.wait()
     finally:

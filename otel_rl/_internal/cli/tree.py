@@ -5,23 +5,17 @@
     otel-rl tree --tempo http://localhost:3200 --trace-id 4bf92f3577b34da6a3ce929d0e0e4736
 
 A tree built from a partial span set (missing parents, sampled iterations, a cut trace) is
-still written, marked ``"complete": false`` with its notes; the notes go to stderr and the exit
-status is 3 unless ``--allow-partial``.
+still written, marked ``"complete": false`` with its notes; one line on stderr says so and the
+exit status is 3 unless ``--allow-partial``. Bad input is one line and exit status 4.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-from otel_rl._internal.errors import UserError
+from otel_rl._internal.errors import EXIT_PARTIAL, UsageError, UserError, shorten
 from otel_rl._internal.spandata import SpanData
-
-#: Exit status for a tree written from a partial span set (see IncompleteResultError).
-EXIT_PARTIAL = 3
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -51,65 +45,66 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[list[SpanData], str]:
     from otel_rl._internal import readers
+    from otel_rl._internal.readers._common import check_timeout
+    from otel_rl._internal.readers.boundary import decode_text, read_stream
     from otel_rl._internal.readers.otlp_json import parse_spans_text
 
     sources = [s for s in (args.spans_file, args.jaeger, args.tempo) if s]
     if len(sources) != 1:
-        raise UserError("give exactly one of SPANS_FILE, --jaeger URL or --tempo URL")
-    if args.timeout <= 0:
-        raise UserError("--timeout must be positive")
+        raise UsageError("give exactly one of SPANS_FILE, --jaeger URL or --tempo URL")
+    check_timeout(args.timeout)
     if args.spans_file:
         if args.trace_id:
-            raise UserError("--trace-id goes with --jaeger or --tempo, not a spans file")
+            raise UsageError("--trace-id goes with --jaeger or --tempo, not a spans file")
         if args.spans_file == "-":
-            return parse_spans_text(sys.stdin.read(), "<stdin>"), "stdin"
+            stdin = getattr(sys.stdin, "buffer", None)
+            text = (
+                decode_text(read_stream(stdin, "<stdin>"), "<stdin>")
+                if stdin is not None
+                else sys.stdin.read()
+            )
+            return parse_spans_text(text, "<stdin>"), "stdin"
         return readers.read_spans_file(args.spans_file), args.spans_file
     if not args.trace_id:
-        raise UserError("--trace-id is required with --jaeger or --tempo")
+        raise UsageError("--trace-id is required with --jaeger or --tempo")
     if args.jaeger:
         return readers.fetch_jaeger(args.jaeger, args.trace_id, args.timeout), args.jaeger
     return readers.fetch_tempo(args.tempo, args.trace_id, args.timeout), args.tempo
 
 
-def _write(path: str, text: str) -> None:
-    target = Path(path)
-    # Write beside the target and rename, so a reader never sees half a timers.json.
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+def partial_line(notes: list[str], allow_partial: bool, what: str) -> str:
+    """The one stderr line for a partial result: the first reason, and what to do about it."""
+    first = notes[0] if notes else "built from a partial set of spans"
+    more = f" (+{len(notes) - 1} more in the notes)" if len(notes) > 1 else ""
+    if allow_partial:
+        return f"warning: {what} covers only part of the run: {shorten(first, 90)}{more}"
+    return (
+        f"{what} covers only part of the run: {shorten(first, 80)}{more}; "
+        "pass --allow-partial to accept it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Rebuild the tree and write it; 0, or 3 for a partial tree without --allow-partial."""
+    from otel_rl._internal.cli._output import check_output_path, write_output
+    from otel_rl._internal.readers.semantics import check_span_set
     from otel_rl._internal.treebuild import build_tree
 
+    if args.output:
+        check_output_path(args.output, "--output")
     spans, source = _load(args)
     if not spans:
         raise UserError(f"no spans in {source}")
+    check_span_set(spans, source)
     tree = build_tree(spans)
     text = tree.to_json(indent=2) + "\n"
     if args.output:
-        _write(args.output, text)
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
     if tree.complete:
         return 0
-    for note in tree.notes:
-        print(f"otel-rl tree: incomplete: {note}", file=sys.stderr)
-    if args.allow_partial:
-        return 0
-    print(
-        'otel-rl tree: the tree covers only part of the run (written with "complete": false); '
-        "pass --allow-partial to accept it",
-        file=sys.stderr,
-    )
-    return EXIT_PARTIAL
+    what = 'the tree (written with "complete": false)'
+    print(f"otel-rl tree: {partial_line(tree.notes, args.allow_partial, what)}", file=sys.stderr)
+    return 0 if args.allow_partial else EXIT_PARTIAL

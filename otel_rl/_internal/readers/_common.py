@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import json
+import math
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UserError, one_line
+from otel_rl._internal.errors import UnavailableError, UsageError, UserError, one_line, shown
+from otel_rl._internal.readers.boundary import (
+    DEFAULT_LIMITS,
+    decode_text,
+    describe_path,
+    parse_json,
+    read_input,
+)
 from otel_rl._internal.spandata import SpanData
 
 #: What one GET may take before the backend counts as unreachable (seconds).
@@ -32,35 +40,72 @@ def normalize_trace_id(trace_id: str) -> str:
     if text.startswith("0x"):
         text = text[2:]
     if not text or len(text) > 32 or any(c not in "0123456789abcdef" for c in text):
-        raise UserError(f"bad trace ID {trace_id!r} (expected up to 32 hex characters)")
+        raise UsageError(f"bad trace ID {shown(trace_id)} (expected up to 32 hex characters)")
     text = text.rjust(32, "0")
     if text == "0" * 32:
-        raise UserError("bad trace ID: all zeros")
+        raise UsageError("bad trace ID: all zeros")
     return text
 
 
-def http_get_json(url: str, backend: str, base_url: str, timeout: float) -> tuple[int, Any]:
-    """GET `url`; return (HTTP status, parsed JSON or None). Unreachable -> `UserError`."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+def check_base_url(url: str, option: str) -> str:
+    """`url` (a backend's base URL given as `option`) without a trailing slash, if it is an
+    http(s) URL with a host; otherwise a one-line `UsageError`."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, body = response.status, response.read()
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018  # raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise UsageError(f"{option} {shown(url)}: not a valid URL ({one_line(exc)})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{option} {shown(url)}: expected an http(s) URL, e.g. http://host:16686")
+    if any(not char.isprintable() or char.isspace() for char in url.strip()):
+        raise UsageError(f"{option} {shown(url)}: a URL cannot hold spaces or control characters")
+    return url.strip().rstrip("/")
+
+
+def check_timeout(timeout: float) -> float:
+    """`timeout` if it is a positive, finite number of seconds; otherwise a `UsageError`."""
+    if not (math.isfinite(timeout) and 0 < timeout <= 24 * 3600):
+        raise UsageError(f"--timeout must be a positive number of seconds, not {timeout:g}")
+    return timeout
+
+
+def http_get_json(url: str, backend: str, base_url: str, timeout: float) -> tuple[int, Any]:
+    """GET `url`; return (HTTP status, parsed JSON or None).
+
+    Unreachable -> `UnavailableError`; a 200 answer that is not JSON (or over the limits) ->
+    `UserError`.
+    """
+    limit = DEFAULT_LIMITS.max_document_bytes
+    try:
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        with urllib.request.urlopen(request, timeout=check_timeout(timeout)) as response:
+            status, body = response.status, response.read(limit + 1)
     except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read()
+        try:
+            status, body = exc.code, exc.read(64 * 1024)
+        except OSError:
+            status, body = exc.code, b""
     except urllib.error.URLError as exc:
-        raise UserError(f"cannot reach {backend} at {base_url}: {_reason(exc.reason)}") from None
+        raise UnavailableError(
+            f"cannot reach {backend} at {base_url}: {_reason(exc.reason)}"
+        ) from None
     except TimeoutError:
-        raise UserError(
+        raise UnavailableError(
             f"cannot reach {backend} at {base_url}: no answer within {timeout:g} s"
         ) from None
     except (OSError, ValueError) as exc:  # bad URL, connection reset mid-answer
-        raise UserError(f"cannot reach {backend} at {base_url}: {_reason(exc)}") from None
+        raise UnavailableError(f"cannot reach {backend} at {base_url}: {_reason(exc)}") from None
+    source = f"{backend} answer from {url}"
+    if len(body) > limit:
+        raise UserError(f"{source}: larger than the {limit // 2**20} MiB an answer may have")
+    if not body.strip():
+        return status, None
     try:
-        return status, json.loads(body) if body.strip() else None
-    except ValueError:
+        return status, parse_json(decode_text(body, source), source)
+    except UserError:
         if status != 200:
             return status, None
-        raise UserError(f"{backend} at {base_url} answered with invalid JSON ({url})") from None
+        raise
 
 
 def error_message(payload: Any) -> str:
@@ -86,14 +131,20 @@ def _reason(reason: object) -> str:
 
 
 def read_user_file(path: str | Path, what: str) -> bytes:
-    """The bytes of a file the user named, or a one-line `UserError` saying why not;
-    `what` names what the file should have been ("a spans file")."""
-    path = Path(path)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not {what}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({one_line(exc)})") from None
+    """The bytes of a file the user named (gunzipped if it is gzip), or a one-line `UserError`
+    saying why not; `what` names what the file should have been ("a spans file"). See
+    `boundary.read_input`."""
+    return read_input(path, what)
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "SpanList",
+    "check_base_url",
+    "check_timeout",
+    "describe_path",
+    "error_message",
+    "http_get_json",
+    "normalize_trace_id",
+    "read_user_file",
+]

@@ -15,18 +15,28 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UserError, one_line
+from otel_rl._internal.errors import UserError, one_line, shown
+from otel_rl._internal.readers.boundary import (
+    DEFAULT_LIMITS,
+    MAX_TIME_NS,
+    JSONInputError,
+    Limits,
+    decode_text,
+    describe_path,
+    parse_json,
+    read_input,
+)
+from otel_rl._internal.readers.semantics import check_span
 from otel_rl._internal.spandata import SpanData, SpanEvent
 
 __all__ = [
     "any_value",
     "decode_id",
+    "parse_otlp_json_line",
     "parse_otlp_json_lines",
     "parse_spans_text",
     "read_otlp_json_file",
@@ -36,7 +46,8 @@ __all__ = [
 
 _STATUS_CODE_ERROR = 2
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_GZIP_MAGIC = b"\x1f\x8b"
+#: Longest id text worth decoding (base64 of 16 bytes is 24 characters).
+_MAX_ID_CHARS = 64
 
 
 def _get(obj: dict[str, Any], json_name: str, proto_name: str, default: Any = None) -> Any:
@@ -68,7 +79,7 @@ def decode_id(value: Any, size: int, where: str, what: str) -> str:
     """
     if value is None or value == "":
         return ""
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= _MAX_ID_CHARS:
         text = value.strip()
         if len(text) == 2 * size:
             try:
@@ -82,75 +93,96 @@ def decode_id(value: Any, size: int, where: str, what: str) -> str:
                 raw = b""
         if len(raw) == size:
             return "" if not any(raw) else raw.hex()
-    shown = value if len(str(value)) <= 40 else f"{str(value)[:40]}..."
     raise UserError(
-        f"{where}: bad {what} {shown!r} (expected {2 * size} hex characters or base64 of {size} bytes)"
+        f"{where}: bad {what} {shown(value)} (expected {2 * size} hex characters or base64 of "
+        f"{size} bytes)"
     )
 
 
-def _int64(value: Any, where: str, what: str) -> int:
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _int64(
+    value: Any, where: str, what: str, low: int = _INT64[0], high: int = _INT64[1]
+) -> int:
     # proto3 JSON writes 64-bit integers as strings; some writers use plain numbers.
+    number: int | None = None
     if isinstance(value, bool):
-        raise UserError(f"{where}: '{what}' must be an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and len(value) <= 40:
         try:
-            return int(value.strip())
+            number = int(value.strip())
         except ValueError:
-            pass
-    raise UserError(f"{where}: '{what}' must be an integer, got {value!r}")
+            number = None
+    if number is None:
+        raise UserError(f"{where}: '{what}' must be an integer, got {shown(value)}")
+    if not low <= number <= high:
+        raise UserError(f"{where}: '{what}' {shown(number)} is out of range ({low} to {high})")
+    return number
 
 
 def _double(value: Any, where: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 64:
         # proto3 JSON spells non-finite doubles "NaN", "Infinity", "-Infinity".
         try:
             return float(value)
         except ValueError:
             pass
-    raise UserError(f"{where}: 'doubleValue' must be a number, got {value!r}")
+    raise UserError(f"{where}: 'doubleValue' must be a number, got {shown(value)}")
 
 
-def any_value(value: Any, where: str) -> Any:
+def _typed(value: Any, kind: type, where: str, what: str) -> Any:
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise UserError(f"{where}: '{what}' must be a {kind.__name__}, got {shown(value)}")
+    return value
+
+
+def any_value(value: Any, where: str, depth: int = 0) -> Any:
     """An OTLP ``AnyValue`` object as a Python value (str, bool, int, float, list, dict)."""
     if value is None:
         return None
+    if depth > DEFAULT_LIMITS.max_value_depth:
+        raise UserError(
+            f"{where}: attribute value nested deeper than {DEFAULT_LIMITS.max_value_depth} levels"
+        )
     obj = _object(value, where)
     if "stringValue" in obj or "string_value" in obj:
-        return str(_get(obj, "stringValue", "string_value"))
+        return _typed(_get(obj, "stringValue", "string_value"), str, where, "stringValue")
     if "boolValue" in obj or "bool_value" in obj:
-        return bool(_get(obj, "boolValue", "bool_value"))
+        return _typed(_get(obj, "boolValue", "bool_value"), bool, where, "boolValue")
     if "intValue" in obj or "int_value" in obj:
         return _int64(_get(obj, "intValue", "int_value"), where, "intValue")
     if "doubleValue" in obj or "double_value" in obj:
         return _double(_get(obj, "doubleValue", "double_value"), where)
     if "arrayValue" in obj or "array_value" in obj:
         array = _object(_get(obj, "arrayValue", "array_value"), where)
-        return [any_value(v, where) for v in _list(array, "values", "values", where)]
+        return [any_value(v, where, depth + 1) for v in _list(array, "values", "values", where)]
     if "kvlistValue" in obj or "kvlist_value" in obj:
         kvlist = _object(_get(obj, "kvlistValue", "kvlist_value"), where)
-        return _attributes(_list(kvlist, "values", "values", where), where)
+        return _attributes(_list(kvlist, "values", "values", where), where, depth + 1)
     if "bytesValue" in obj or "bytes_value" in obj:
+        encoded = _typed(_get(obj, "bytesValue", "bytes_value"), str, where, "bytesValue")
         try:
-            return base64.b64decode(str(_get(obj, "bytesValue", "bytes_value")))
+            return base64.b64decode(encoded)
         except (binascii.Error, ValueError):
             raise UserError(f"{where}: 'bytesValue' is not base64") from None
     return None  # an empty AnyValue
 
 
-def _attributes(items: list[Any], where: str) -> dict[str, Any]:
+def _attributes(items: list[Any], where: str, depth: int = 0) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     for item in items:
         kv = _object(item, f"{where}.attributes")
         key = kv.get("key")
         if not isinstance(key, str):
             raise UserError(f"{where}.attributes: an attribute has no string 'key'")
-        attributes[key] = any_value(kv.get("value"), f"{where}.attributes.{key}")
+        attributes[key] = any_value(kv.get("value"), f"{where}.attributes[{shown(key)}]", depth)
     return attributes
 
 
@@ -160,33 +192,41 @@ def _is_error(status: Any, where: str) -> bool:
     code = _object(status, f"{where}.status").get("code", 0)
     if isinstance(code, str):
         return code.strip().upper() in ("STATUS_CODE_ERROR", "ERROR", str(_STATUS_CODE_ERROR))
-    return bool(code == _STATUS_CODE_ERROR)
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise UserError(f"{where}.status: 'code' must be an integer or a name, got {shown(code)}")
+    return code == _STATUS_CODE_ERROR
 
 
 def _span(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
     span = _object(obj, where)
     name = span.get("name", "")
     if not isinstance(name, str):
-        raise UserError(f"{where}: 'name' must be a string")
+        raise UserError(f"{where}: 'name' must be a string, got {shown(name)}")
     trace_id = decode_id(_get(span, "traceId", "trace_id"), 16, where, "traceId")
     span_id = decode_id(_get(span, "spanId", "span_id"), 8, where, "spanId")
     if not trace_id or not span_id:
-        raise UserError(f"{where}: span {name!r} has no traceId or spanId")
+        raise UserError(f"{where}: span {shown(name)} has no traceId or spanId")
     start = _get(span, "startTimeUnixNano", "start_time_unix_nano")
     end = _get(span, "endTimeUnixNano", "end_time_unix_nano")
     if start is None or end is None:
-        raise UserError(f"{where}: span {name!r} has no start or end time")
+        raise UserError(f"{where}: span {shown(name)} has no start or end time")
+    start_ns = _int64(start, where, "startTimeUnixNano", 0, MAX_TIME_NS)
+    end_ns = _int64(end, where, "endTimeUnixNano", 0, MAX_TIME_NS)
+    if end_ns < start_ns:
+        raise UserError(f"{where}: span {shown(name)} ends before it starts")
     events = []
     for i, event in enumerate(_list(span, "events", "events", where)):
         event_where = f"{where}.events[{i}]"
         event_obj = _object(event, event_where)
         events.append(
             SpanEvent(
-                name=str(event_obj.get("name", "")),
+                name=_typed(event_obj.get("name", ""), str, event_where, "name"),
                 time_ns=_int64(
                     _get(event_obj, "timeUnixNano", "time_unix_nano", 0),
                     event_where,
                     "timeUnixNano",
+                    0,
+                    MAX_TIME_NS,
                 ),
                 attributes=_attributes(
                     _list(event_obj, "attributes", "attributes", event_where), event_where
@@ -203,21 +243,23 @@ def _span(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
                 decode_id(_get(link_obj, "spanId", "span_id"), 8, link_where, "spanId"),
             )
         )
-    return SpanData(
+    data = SpanData(
         trace_id=trace_id,
         span_id=span_id,
         parent_span_id=decode_id(
             _get(span, "parentSpanId", "parent_span_id"), 8, where, "parentSpanId"
         ),
         name=name,
-        start_ns=_int64(start, where, "startTimeUnixNano"),
-        end_ns=_int64(end, where, "endTimeUnixNano"),
+        start_ns=start_ns,
+        end_ns=end_ns,
         attributes=_attributes(_list(span, "attributes", "attributes", where), where),
         resource=resource,
         is_error=_is_error(span.get("status"), where),
         events=events,
         links=links,
     )
+    check_span(data, where)
+    return data
 
 
 def spans_from_resource_spans(
@@ -262,7 +304,7 @@ def spans_from_document(obj: Any, where: str, path: str = "") -> list[SpanData]:
     resource_spans = _get(obj, "resourceSpans", "resource_spans")
     if resource_spans is not None:
         return spans_from_resource_spans(resource_spans, where, f"{path}resourceSpans")
-    if isinstance(obj.get("result"), dict):  # Jaeger api_v3
+    if isinstance(obj.get("result"), dict) and not path:  # Jaeger api_v3 (wraps once)
         return spans_from_document(obj["result"], where, f"{path}result.")
     if "batches" in obj:  # Tempo /api/traces
         return spans_from_resource_spans(obj["batches"] or [], where, f"{path}batches")
@@ -279,7 +321,7 @@ def spans_from_document(obj: Any, where: str, path: str = "") -> list[SpanData]:
         return []
     if isinstance(obj.get("error"), dict):
         message = obj["error"].get("message", "")
-        raise UserError(f"{where}: the server answered an error: {one_line(message)}")
+        raise UserError(f"{where}: the server answered an error: {shown(one_line(message), 80)}")
     if "total" in obj and ("children" in obj or obj.get("name") == "root"):
         raise UserError(f"{where}: this is a timers.json, not spans")
     raise UserError(
@@ -294,7 +336,9 @@ def _kind(value: Any) -> str:
     )
 
 
-def parse_otlp_json_lines(lines: Iterable[str], source: str) -> list[SpanData]:
+def parse_otlp_json_lines(
+    lines: Iterable[str], source: str, limits: Limits = DEFAULT_LIMITS
+) -> list[SpanData]:
     """Spans from OTLP/JSON lines (one ``ExportTraceServiceRequest`` per line).
 
     Raises `UserError` naming `source` and the line for malformed JSON, a wrong shape, a bad
@@ -302,69 +346,75 @@ def parse_otlp_json_lines(lines: Iterable[str], source: str) -> list[SpanData]:
     """
     spans: list[SpanData] = []
     for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text:
-            continue
-        where = f"{source} line {number}"
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            if not line.endswith("\n"):
-                raise UserError(
-                    f"{where}: truncated record (the file ends mid-line; still being written?)"
-                ) from None
-            raise UserError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        spans.extend(spans_from_document(obj, where))
+        spans.extend(parse_otlp_json_line(line, number, source, limits))
+        if len(spans) > limits.max_spans:
+            raise UserError(f"{source}: more than {limits.max_spans:,} spans")
     return spans
 
 
-def parse_spans_text(text: str, source: str) -> list[SpanData]:
+def parse_otlp_json_line(
+    line: str, number: int, source: str, limits: Limits = DEFAULT_LIMITS
+) -> list[SpanData]:
+    """The spans of line `number` of an OTLP/JSON lines file (none for a blank line).
+
+    A streaming reader calls this per line; errors name `source` and the line.
+    """
+    text = line.strip()
+    if not text:
+        return []
+    where = f"{source} line {number}"
+    try:
+        obj = parse_json(text, where, limits)
+    except JSONInputError:
+        if not line.endswith("\n"):
+            raise UserError(
+                f"{where}: truncated record (the file ends mid-line; still being written?)"
+            ) from None
+        raise
+    return spans_from_document(obj, where)
+
+
+def _is_json_line(line: str) -> bool:
+    try:
+        parse_json(line, "")
+    except UserError:
+        return False
+    return True
+
+
+def parse_spans_text(text: str, source: str, limits: Limits = DEFAULT_LIMITS) -> list[SpanData]:
     """Spans from a whole file's text: OTLP/JSON lines, or one (pretty-printed) JSON document.
 
     A saved Jaeger or Tempo answer is one document over many lines; a Collector file has one
     request per line. The first line decides: if it is a JSON value on its own, it is lines.
+    Only ``\n`` separates lines: JSON strings may hold U+2028 and the like unescaped.
     """
     if not text.strip():
         return []
-    lines = text.splitlines(keepends=True)
+    lines = text.split("\n")
+    lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     first = next((line for line in lines if line.strip()), "")
+    if _is_json_line(first.strip()):
+        return parse_otlp_json_lines(lines, source, limits)
     try:
-        json.loads(first)
-    except ValueError:
-        pass
-    else:
-        return parse_otlp_json_lines(lines, source)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if not text[exc.pos :].strip() or exc.pos >= len(text.rstrip()):
-            raise UserError(
-                f"{source} line {exc.lineno}: truncated JSON document (the file ends early)"
-            ) from None
-        raise UserError(
-            f"{source} line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-        ) from None
-    return spans_from_document(doc, source)
+        doc = parse_json(text, source, limits)
+    except JSONInputError as exc:
+        if exc.at_end:
+            raise UserError(f"{source}: truncated JSON document (the file ends early)") from None
+        raise
+    spans = spans_from_document(doc, source)
+    if len(spans) > limits.max_spans:
+        raise UserError(f"{source}: more than {limits.max_spans:,} spans")
+    return spans
 
 
-def read_otlp_json_file(path: str | Path) -> list[SpanData]:
+def read_otlp_json_file(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[SpanData]:
     """Read a spans file (plain or gzip): Collector file-exporter lines or a saved answer.
 
     See `parse_spans_text`; malformed input raises `UserError` with the line number.
     """
-    from otel_rl._internal.readers._common import read_user_file
-
-    path = Path(path)
-    raw = read_user_file(path, "a spans file")
+    raw = read_input(path, "a spans file", limits)
+    source = describe_path(path)
     if raw.startswith(_ZSTD_MAGIC):
-        raise UserError(f"{path}: zstd-compressed files are not supported; decompress it first")
-    if raw.startswith(_GZIP_MAGIC):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise UserError(f"{path}: broken gzip file ({one_line(exc)})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    return parse_spans_text(text, str(path))
+        raise UserError(f"{source}: zstd-compressed files are not supported; decompress it first")
+    return parse_spans_text(decode_text(raw, source), source, limits)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_rl._internal.errors import UserError, one_line
+from otel_rl._internal.errors import UnavailableError, UserError, one_line
 from otel_rl._internal.readers._common import (
     DEFAULT_TIMEOUT,
     SpanList,
+    check_base_url,
     error_message,
     http_get_json,
     normalize_trace_id,
@@ -45,8 +46,8 @@ def fetch_tempo(url: str, trace_id: str, timeout: float = DEFAULT_TIMEOUT) -> Sp
     Tries ``/api/v2/traces`` first and falls back to ``/api/traces`` for Tempo versions
     without it. Raises `UserError` when Tempo cannot be reached or the trace is not there.
     """
+    base = check_base_url(url, "--tempo")
     tid = normalize_trace_id(trace_id)
-    base = url.rstrip("/")
     for path in (f"/api/v2/traces/{tid}", f"/api/traces/{tid}"):
         endpoint = base + path
         status, payload = http_get_json(endpoint, "Tempo", base, timeout)
@@ -54,7 +55,7 @@ def fetch_tempo(url: str, trace_id: str, timeout: float = DEFAULT_TIMEOUT) -> Sp
             continue
         if status != 200:
             detail = error_message(payload)
-            raise UserError(
+            raise UnavailableError(
                 f"Tempo at {base} answered HTTP {status}" + (f": {detail}" if detail else "")
             )
         spans = parse_tempo(payload, endpoint)

@@ -1,0 +1,71 @@
+"""Writing a command's output file: whole or not at all.
+
+The text is written to a temporary file beside the target and renamed over it, so nobody (a
+browser, a CI step) ever opens half a report, and a command that fails leaves no output and
+does not disturb an older one. Only regular files are replaced: ``-o /dev/null`` or a FIFO is
+refused rather than swapped for a file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from otel_rl._internal.errors import UnavailableError, UsageError, one_line
+from otel_rl._internal.readers.boundary import describe_path
+
+__all__ = ["check_output_path", "write_output"]
+
+
+def check_output_path(path: str | Path, option: str) -> Path:
+    """`path` if a file could be written there; checked before the work, so a typo in ``-o``
+    fails in a second rather than after the input was read."""
+    target = Path(path)
+    shown = describe_path(path)
+    if not str(path).strip():
+        raise UsageError(f"{option} must name a file")
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UnavailableError(f"cannot write {shown} ({one_line(exc.strerror or exc)})") from None
+    except ValueError:  # a NUL in the path
+        raise UsageError(f"{option} {shown}: not a valid file name") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise UsageError(f"{option} {shown}: is {kind}; name a file to write")
+    parent = target.parent
+    if not parent.is_dir():
+        raise UnavailableError(f"cannot write {shown}: folder {describe_path(parent)} does not exist")
+    return target
+
+
+def write_output(path: str | Path, text: str, option: str = "--output") -> None:
+    """Write `text` (UTF-8) to `path` atomically; a one-line error says why it could not be."""
+    target = check_output_path(path, option)
+    shown = describe_path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise UnavailableError(f"cannot write {shown} ({one_line(exc.strerror or exc)})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as out:
+            out.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise UnavailableError(
+                f"cannot write {shown} ({one_line(exc.strerror or exc)})"
+            ) from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

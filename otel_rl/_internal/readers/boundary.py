@@ -1,0 +1,463 @@
+"""The input boundary: every byte a command reads from a user's file or a server passes here.
+
+One place decides what input is acceptable, so every reader (timers.json, spans files, Jaeger
+and Tempo answers, ``replay``/``import`` inputs) refuses the same things with the same kind of
+message — one line naming the file and what is wrong, raised as `UserError` (exit status 4):
+
+- **Files**: only regular files are read. A FIFO, device, socket or directory is refused up
+  front (opened non-blocking, then checked with ``fstat``, so a FIFO never blocks).
+- **Size**: at most `Limits.max_file_bytes` of (decompressed) input, at most
+  `Limits.max_document_bytes` per JSON document or line; gzip is read through a bounded
+  window, so a small bomb cannot fill memory.
+- **JSON**: strict — no ``NaN``/``Infinity`` (not JSON), integers of at most
+  `Limits.max_number_chars` digits (Python refuses more than 4,300 with a traceback), finite
+  floats. Nesting deeper than the C parser's recursion allows is parsed by an iterative parser
+  up to `Limits.max_depth` levels, so a valid deep timers.json works and a hostile one gets a
+  clear line instead of a `RecursionError`.
+- **Text**: UTF-8 (a BOM is allowed). Lone surrogates, which JSON can spell (``"\\ud800"``) but
+  nothing can encode, become U+FFFD; other control characters stay and are escaped where shown.
+
+A streaming reader uses the pieces per line: `open_input` + `iter_lines` + `parse_json`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from otel_rl._internal.errors import UserError, one_line
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "JSONInputError",
+    "Limits",
+    "clean_text",
+    "decode_text",
+    "describe_path",
+    "iter_lines",
+    "open_input",
+    "parse_json",
+    "parse_json_values",
+    "read_input",
+    "read_stream",
+]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one command reads at most. The defaults fit any real run with a wide margin."""
+
+    #: Bytes of input per file, after decompression.
+    max_file_bytes: int = 4096 * _MIB
+    #: Bytes of one JSON document (a whole saved answer, or one line of a spans file).
+    max_document_bytes: int = 1024 * _MIB
+    #: JSON nesting levels. A timers.json takes two per tree level: 20,000 levels keep a tree
+    #: 10,000 blocks deep readable.
+    max_depth: int = 20_000
+    #: Characters of one JSON number (the 20 digits of a 64-bit integer, with room to spare).
+    max_number_chars: int = 64
+    #: Spans in one input.
+    max_spans: int = 20_000_000
+    #: Nesting of one attribute value (OTLP ``arrayValue``/``kvlistValue`` inside each other).
+    max_value_depth: int = 64
+
+
+DEFAULT_LIMITS = Limits()
+
+#: Largest value of an OTLP ``fixed64`` time (nanoseconds since the epoch).
+MAX_TIME_NS = 2**64 - 1
+
+
+# -- files -------------------------------------------------------------------------------
+
+
+def describe_path(path: str | Path, width: int = 80) -> str:
+    """`path` for a message: printable, and its tail kept when it is long."""
+    text = str(path)
+    if not text.isprintable():
+        text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def open_input(path: str | Path, what: str, limits: Limits = DEFAULT_LIMITS) -> IO[bytes]:
+    """`path` opened for reading in binary, if it is a regular file within the size limit.
+
+    `what` names what the file should be (``"a spans file"``) for the messages. The file is
+    opened non-blocking and checked with ``fstat`` before a byte is read, so a FIFO or a
+    device is refused instead of waited on.
+    """
+    shown = describe_path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(f"{shown}: no such file") from None
+    except PermissionError:
+        raise UserError(f"{shown}: permission denied") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
+        raise UserError(f"{shown}: cannot open ({reason})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{shown}: is {_kind_of(info.st_mode)}, not {what}")
+        if info.st_size > limits.max_file_bytes:
+            raise UserError(
+                f"{shown}: {_size(info.st_size)} is more than the {_size(limits.max_file_bytes)} "
+                "a file may have"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", _MIB), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def read_input(path: str | Path, what: str, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """The whole content of `path`, gunzipped if it is gzip, within `limits`."""
+    with open_input(path, what, limits) as handle:
+        try:
+            raw = handle.read(limits.max_file_bytes + 1)
+        except OSError as exc:
+            raise UserError(f"{describe_path(path)}: cannot read ({one_line(exc)})") from None
+    return gunzip_if_needed(raw, describe_path(path), limits)
+
+
+def read_stream(stream: IO[bytes], source: str, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """All of `stream` (stdin), gunzipped if needed, within `limits`."""
+    try:
+        raw = stream.read(limits.max_file_bytes + 1)
+    except OSError as exc:
+        raise UserError(f"{source}: cannot read ({one_line(exc)})") from None
+    return gunzip_if_needed(raw, source, limits)
+
+
+def gunzip_if_needed(raw: bytes, source: str, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """`raw`, decompressed when it starts with gzip's magic number; bounded by `limits`."""
+    if len(raw) > limits.max_file_bytes:
+        raise UserError(f"{source}: more than the {_size(limits.max_file_bytes)} a file may have")
+    if not raw.startswith(_GZIP_MAGIC):
+        return raw
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
+            data = unzipped.read(limits.max_file_bytes + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"{source}: broken gzip file ({one_line(exc)})") from None
+    if len(data) > limits.max_file_bytes:
+        raise UserError(
+            f"{source}: decompresses to more than the {_size(limits.max_file_bytes)} "
+            "a file may have"
+        )
+    return data
+
+
+def iter_lines(
+    stream: IO[bytes], source: str, limits: Limits = DEFAULT_LIMITS
+) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` for each line of `stream`, newline kept; a line longer than
+    `Limits.max_document_bytes` is refused. Only ``\\n`` ends a line (JSON text may hold
+    U+2028 and other characters that `str.splitlines` would split on)."""
+    total = 0
+    number = 0
+    while True:
+        try:
+            line = stream.readline(limits.max_document_bytes + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UserError(f"{source} line {number + 1}: cannot read ({one_line(exc)})") from None
+        if not line:
+            return
+        number += 1
+        if len(line) > limits.max_document_bytes and not line.endswith(b"\n"):
+            raise UserError(
+                f"{source} line {number}: longer than the {_size(limits.max_document_bytes)} "
+                "a line may have"
+            )
+        total += len(line)
+        if total > limits.max_file_bytes:
+            raise UserError(f"{source}: more than the {_size(limits.max_file_bytes)} a file may have")
+        yield number, line
+
+
+def decode_text(raw: bytes, source: str) -> str:
+    """`raw` as UTF-8 text (a leading BOM dropped); anything else is a one-line `UserError`."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+
+
+# -- JSON --------------------------------------------------------------------------------
+
+
+class JSONInputError(UserError):
+    """Text that is not JSON; `at_end` when it is only cut short (a file still being written)."""
+
+    def __init__(self, message: str, at_end: bool = False) -> None:
+        super().__init__(message)
+        self.at_end = at_end
+
+
+def _syntax_error(source: str, text: str, exc: json.JSONDecodeError) -> JSONInputError:
+    where = f"{source} line {exc.lineno}" if "\n" in text.rstrip() else source
+    return JSONInputError(
+        f"{where}: invalid JSON ({exc.msg} at column {exc.colno})",
+        at_end=exc.pos >= len(text.rstrip()),
+    )
+
+
+class _JSONValueError(ValueError):
+    """A JSON value this boundary refuses (raised inside the parser's hooks)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _JSONValueError(f"{name} is not valid JSON (not a number)")
+
+
+def _make_number_hooks(limits: Limits) -> tuple[Any, Any]:
+    def parse_int(text: str) -> int:
+        if len(text) > limits.max_number_chars:
+            raise _JSONValueError(
+                f"a number with {len(text.lstrip('-'))} digits "
+                f"(at most {limits.max_number_chars} characters)"
+            )
+        return int(text)
+
+    def parse_float(text: str) -> float:
+        if len(text) > limits.max_number_chars:
+            raise _JSONValueError(
+                f"a number written with {len(text)} characters "
+                f"(at most {limits.max_number_chars})"
+            )
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise _JSONValueError(f"the number {text} is out of range")
+        return value
+
+    return parse_int, parse_float
+
+
+_DECODERS: dict[Limits, json.JSONDecoder] = {}
+#: The C-accelerated string scanner of the standard json module (typeshed omits it).
+_scanstring: Any = getattr(json.decoder, "scanstring")  # noqa: B009
+
+
+def _decoder(limits: Limits) -> json.JSONDecoder:
+    decoder = _DECODERS.get(limits)
+    if decoder is None:
+        parse_int, parse_float = _make_number_hooks(limits)
+        decoder = _DECODERS[limits] = json.JSONDecoder(
+            parse_int=parse_int, parse_float=parse_float, parse_constant=_refuse_constant
+        )
+    return decoder
+
+
+#: An escaped UTF-16 surrogate: the only way a JSON text can produce one.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """`text` with lone surrogates (unencodable anywhere) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def parse_json(text: str, source: str, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """One JSON document, strictly (see the module docstring); errors name `source`."""
+    if len(text) > limits.max_document_bytes:
+        raise UserError(
+            f"{source}: a JSON document longer than {_size(limits.max_document_bytes)}"
+        )
+    try:
+        try:
+            value = _decoder(limits).decode(text)
+        except RecursionError:
+            # Deeper than the C parser may recurse: parse it again, iteratively.
+            value = _parse_deep(text, limits)
+    except json.JSONDecodeError as exc:
+        raise _syntax_error(source, text, exc) from None
+    except _JSONValueError as exc:
+        raise UserError(f"{source}: {exc}") from None
+    if _ESCAPED_SURROGATE.search(text):
+        value = _clean_strings(value)
+    return value
+
+
+def _clean_strings(value: Any) -> Any:
+    """`value` with every string (keys too) passed through `clean_text`, iteratively."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if not isinstance(value, (dict, list)):
+        return value
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list):
+            for i, child in enumerate(item):
+                if isinstance(child, str):
+                    item[i] = clean_text(child)
+                elif isinstance(child, (dict, list)):
+                    todo.append(child)
+        else:
+            for key in list(item):
+                child = item[key]
+                if isinstance(child, str):
+                    child = clean_text(child)
+                elif isinstance(child, (dict, list)):
+                    todo.append(child)
+                clean_key = clean_text(key)
+                if clean_key != key:
+                    del item[key]
+                item[clean_key] = child
+    return value
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = {"true": True, "false": False, "null": None}
+_CONSTANTS = ("NaN", "Infinity", "-Infinity")
+
+
+def _error(message: str, text: str, pos: int) -> json.JSONDecodeError:
+    return json.JSONDecodeError(message, text, pos)
+
+
+def _parse_deep(text: str, limits: Limits) -> Any:
+    """A JSON document parsed with an explicit stack instead of recursion.
+
+    Only used when the C parser runs out of recursion; strings go through the C-accelerated
+    ``scanstring`` and numbers through the same hooks, so it accepts exactly what it does.
+    """
+    parse_int, parse_float = _make_number_hooks(limits)
+    stack: list[Any] = []
+    keys: list[Any] = []
+    end = len(text)
+
+    def key_at(pos: int) -> tuple[str, int]:
+        if text[pos : pos + 1] != '"':
+            raise _error("Expecting property name enclosed in double quotes", text, pos)
+        key, pos = _scanstring(text, pos + 1, True)
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        if text[pos : pos + 1] != ":":
+            raise _error("Expecting ':' delimiter", text, pos)
+        return key, _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+
+    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    while True:
+        char = text[pos : pos + 1]
+        value: Any
+        if char in ("{", "["):
+            if len(stack) >= limits.max_depth:
+                raise _JSONValueError(f"nested deeper than {limits.max_depth:,} levels")
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            closer = "}" if char == "{" else "]"
+            if text[pos : pos + 1] == closer:
+                value = {} if char == "{" else []
+                pos += 1
+            else:
+                if char == "{":
+                    stack.append({})
+                    key, pos = key_at(pos)
+                    keys.append(key)
+                else:
+                    stack.append([])
+                    keys.append(None)
+                continue
+        elif char == '"':
+            value, pos = _scanstring(text, pos + 1, True)
+        else:
+            match = _NUMBER.match(text, pos)
+            if match is not None:
+                number = match.group()
+                value = (
+                    parse_float(number) if match.group(1) or match.group(2) else parse_int(number)
+                )
+                pos = match.end()
+            else:
+                for word, literal in _LITERALS.items():
+                    if text.startswith(word, pos):
+                        value = literal
+                        pos += len(word)
+                        break
+                else:
+                    for word in _CONSTANTS:
+                        if text.startswith(word, pos):
+                            _refuse_constant(word)
+                    raise _error("Expecting value", text, pos)
+        # A value is complete: put it into its container, closing containers as they end.
+        while True:
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if not stack:
+                if pos != end:
+                    raise _error("Extra data", text, pos)
+                return value
+            top = stack[-1]
+            if isinstance(top, list):
+                top.append(value)
+            else:
+                top[keys[-1]] = value
+            char = text[pos : pos + 1]
+            if char == ",":
+                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                if isinstance(top, dict):
+                    keys[-1], pos = key_at(pos)
+                break
+            closer = "]" if isinstance(top, list) else "}"
+            if char != closer:
+                raise _error(f"Expecting ',' delimiter or '{closer}'", text, pos)
+            pos += 1
+            value = stack.pop()
+            keys.pop()
+
+
+def parse_json_values(text: str, source: str, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
+    """The JSON values in `text`, one after another (some servers concatenate answers)."""
+    decoder = _decoder(limits)
+    values = []
+    pos = 0
+    end = len(text)
+    while True:
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        if pos >= end:
+            break
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except RecursionError:
+            raise UserError(f"{source}: JSON nested too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise _syntax_error(source, text, exc) from None
+        except _JSONValueError as exc:
+            raise UserError(f"{source}: {exc}") from None
+        values.append(value)
+    if _ESCAPED_SURROGATE.search(text):
+        values = [_clean_strings(value) for value in values]
+    return values

@@ -1,0 +1,104 @@
+"""Checks on the attributes otel_rl itself gives meaning to, for spans read from outside.
+
+Any attribute is allowed on a span, but those the tree builder reads (``otel_rl.kind``, the
+synthetic count, gauges on run and process spans, worker identity) must have the types that
+otel_rl writes: a gauge of ``"abc"`` or a count of ``1e300`` would otherwise reach the
+reports and fail there. A span breaking them is bad input (one line naming the span).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from otel_rl._internal import semconv
+from otel_rl._internal.errors import UserError, shown
+from otel_rl._internal.spandata import SpanData
+
+__all__ = ["check_span", "check_span_set"]
+
+_MAX_COUNT = 2**63 - 1
+_GAUGE_FIELDS = ("value", "min", "max")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite_number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < 1e300
+    )
+
+
+def _bad(where: str, span: SpanData, key: str, expected: str, value: Any) -> UserError:
+    return UserError(
+        f"{where}: span {shown(span.name, 30)}: attribute {key!r} must be {expected}, "
+        f"got {shown(value, 30)}"
+    )
+
+
+def check_span(span: SpanData, where: str) -> None:
+    """Raise `UserError` if `span`'s otel_rl attributes have the wrong types or ranges."""
+    attributes = span.attributes
+    kind = attributes.get(semconv.KIND)
+    if kind is not None and not isinstance(kind, str):
+        raise _bad(where, span, semconv.KIND, "a string", kind)
+    for key in (semconv.SYNTHETIC, semconv.IS_PARALLEL):
+        value = attributes.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise _bad(where, span, key, "true or false", value)
+    count = attributes.get(semconv.COUNT)
+    if count is not None and not (_is_int(count) and 0 <= count <= _MAX_COUNT):
+        raise _bad(where, span, semconv.COUNT, "a non-negative integer", count)
+    if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS):
+        for key, value in attributes.items():
+            if not key.startswith(semconv.GAUGE_PREFIX):
+                continue
+            part = key.rpartition(".")[2]
+            if part in _GAUGE_FIELDS and not _finite_number(value):
+                raise _bad(where, span, key, "a finite number", value)
+            if part == "count" and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
+                raise _bad(where, span, key, "a non-negative integer", value)
+    resource = span.resource
+    if resource.get(semconv.WORKER_ROLE) is not None:
+        role = resource[semconv.WORKER_ROLE]
+        if not isinstance(role, str):
+            raise _bad(where, span, semconv.WORKER_ROLE, "a string", role)
+        for key in (semconv.WORKER_INDEX, semconv.PROCESS_PID):
+            value = resource.get(key)
+            if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
+                raise _bad(where, span, key, "a non-negative integer", value)
+
+
+def check_span_set(spans: Iterable[SpanData], source: str) -> None:
+    """Raise `UserError` if the spans' parent links form a cycle (a span its own ancestor).
+
+    A cycle cannot come from real tracing, only from corrupt or forged data, and no tree can be
+    drawn from it. Walks each parent chain once (iteratively: chains can be thousands deep).
+    """
+    parent_of: dict[tuple[str, str], str] = {}
+    for span in spans:
+        parent_of.setdefault((span.trace_id, span.span_id), span.parent_span_id)
+    done: set[tuple[str, str]] = set()
+    for start in parent_of:
+        if start in done:
+            continue
+        chain: list[tuple[str, str]] = []
+        on_chain: set[tuple[str, str]] = set()
+        key: tuple[str, str] | None = start
+        while key is not None and key not in done:
+            if key in on_chain:
+                raise UserError(
+                    f"{source}: the spans' parent links form a cycle (span {key[1]} in trace "
+                    f"{key[0]} is its own ancestor)"
+                )
+            chain.append(key)
+            on_chain.add(key)
+            parent = parent_of.get(key, "")
+            key = (key[0], parent) if parent and (key[0], parent) in parent_of else None
+        done.update(chain)
