@@ -423,3 +423,16 @@ def test_gpu_keys_round_trip_through_timers_json_and_import() -> None:
     with pytest.raises(Exception, match="gpu_total"):
         Tree.from_dict({"name": "root", "total": 1.0, "count": 1,
                         "children": {"a": {"total": 0.5, "count": 1, "gpu_total": -1}}})
+
+
+def test_gpu_benchmark_runs_and_checks_its_counts() -> None:
+    import subprocess
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gpu.py"
+    proc = subprocess.run([sys.executable, str(bench), "--smoke"], capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for row in ("| mlagents |", "| now |", "| now, gpu_blocks set |",
+                "| opted in, device double |", "| opted in, null device |"):
+        assert row in proc.stdout
+    assert "CHECKS FAILED" not in proc.stdout

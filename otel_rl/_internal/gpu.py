@@ -55,7 +55,7 @@ _wake = threading.Event()
 _idle = True  # the resolver waits on `_wake` (set only then, to keep `end` cheap)
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
-_outstanding = 0  # pairs ended and not yet resolved or given up
+_active = 0  # pairs the resolver holds (written only by the resolver thread)
 #: Span id -> its pair, for spans whose record may still wait for GPU time.
 spans: dict[int, Pending] = {}
 _held: list[Record] = []  # records held back by `ready` until their GPU time is known
@@ -91,14 +91,15 @@ def configure(blocks: Iterable[str], wait: float) -> None:
     _patterns = tuple(blocks)
     timeout = wait
     _closing = False
-    recorder.gpu_wanted = {} if _patterns else None
+    recorder.gpu_wanted = {}
+    recorder.gpu_blocks_set = bool(_patterns)
 
 
 def wanted(name: str) -> bool:
     """Whether the `gpu_blocks` setting opts `name` in (cached per name)."""
-    cache = recorder.gpu_wanted
-    if cache is None:
+    if not recorder.gpu_blocks_set:
         return False
+    cache = recorder.gpu_wanted
     hit = cache.get(name)
     if hit is None:
         import fnmatch
@@ -184,7 +185,6 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
 
 def end(pending: Pending) -> None:
     """Record the end event on the block's stream and hand the pair to the resolver."""
-    global _outstanding
     try:
         pool = _pools.get(pending.device)
         stop = pool.pop() if pool else _api.Event(enable_timing=True)
@@ -195,9 +195,7 @@ def end(pending: Pending) -> None:
         return
     pending.end = stop
     pending.t_end = time.monotonic()
-    with _lock:
-        _outstanding += 1
-    _queue.append(pending)
+    _queue.append(pending)  # no lock: deque.append is atomic
     if _idle:
         _ensure_thread()
         _wake.set()
@@ -248,14 +246,18 @@ def _ensure_thread() -> None:
 
 
 def _loop() -> None:
-    global _idle
+    global _idle, _active
     active: list[Pending] = []
     last_prune = time.monotonic()
     generation = _generation
     while True:
         if generation != _generation:
             active, generation = [], _generation
-        while _queue:
+        moving = len(_queue)
+        # Counted as held before they leave the queue: `outstanding` may count a pair twice
+        # for a moment, never zero times.
+        _active = len(active) + moving
+        for _ in range(moving):
             active.append(_queue.popleft())
         if not active:
             _idle = True
@@ -265,6 +267,7 @@ def _loop() -> None:
             _idle = False
             continue
         active = resolve(active, time.monotonic())
+        _active = len(active)
         now = time.monotonic()
         if now - last_prune > 1.0:
             last_prune = now
@@ -275,9 +278,7 @@ def _loop() -> None:
 def resolve(active: list[Pending], now: float) -> list[Pending]:
     """One pass over the pending pairs: read the completed ones, give up the expired ones;
     returns those still pending."""
-    global _outstanding
     still = []
-    done = 0
     for pending in active:
         try:
             complete = pending.end.query()
@@ -298,17 +299,12 @@ def resolve(active: list[Pending], now: float) -> list[Pending]:
                 pool.append(pending.end)
             pending.start = pending.end = pending.stream = None
             pending.t_end = now  # from now on: how long the result waits for its span
-            done += 1
         elif now - pending.t_end >= timeout:
             pending.state = GIVEN_UP
             pending.start = pending.end = pending.stream = None
             pending.t_end = now
-            done += 1
         else:
             still.append(pending)
-    if done:
-        with _lock:
-            _outstanding -= done
     return still
 
 
@@ -357,8 +353,9 @@ def held() -> int:
 
 
 def outstanding() -> int:
-    """How many ended pairs are not yet resolved or given up."""
-    return _outstanding
+    """How many ended pairs are not yet resolved or given up (0 only once their GPU time is
+    on their nodes)."""
+    return len(_queue) + _active
 
 
 def finish(deadline: float) -> None:
@@ -366,24 +363,24 @@ def finish(deadline: float) -> None:
     every held span go, marking those still without GPU time as timed out."""
     global _closing
     limit = min(deadline, time.monotonic() + timeout)
-    while _outstanding > 0 and time.monotonic() < limit:
+    while outstanding() > 0 and time.monotonic() < limit:
         time.sleep(POLL_INTERVAL)
     _closing = True
     for pending in spans.values():
         if pending.state == PENDING:
             pending.state = GIVEN_UP
-    recorder.gpu_wanted = None
+    recorder.gpu_blocks_set = False
 
 
 def reset() -> None:
     """Forget every pool, pending pair and held span (after a fork; tests)."""
-    global _outstanding, _held, _closing, _disabled, _generation
+    global _active, _held, _closing, _disabled, _generation
     _generation += 1
     _pools.clear()
     _queue.clear()
     spans.clear()
     _held = []
-    _outstanding = 0
+    _active = 0
     _closing = False
     _disabled = False
 

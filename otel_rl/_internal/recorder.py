@@ -258,8 +258,9 @@ _local = threading.local()
 _all_stacks: list[TimerStack] = []
 _registry_lock = threading.Lock()
 
-#: Names the `gpu_blocks` setting opts in, cached per name by `gpu.wanted`; None when unset.
-gpu_wanted: dict[str, bool] | None = None
+#: Whether the `gpu_blocks` setting names any block, and its verdict per name (`gpu.wanted`).
+gpu_blocks_set = False
+gpu_wanted: dict[str, bool] = {}
 #: Set by the runtime while spans are on: called with each new stack to attach it to the run.
 on_new_stack: Callable[[TimerStack], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
@@ -471,10 +472,9 @@ class hierarchical_timer:
                  gpu: bool | None = None) -> None:
         self._name = name
         self._stack = timer_stack
-        if gpu is not None or gpu_wanted is not None:  # the one check GPU timing adds
-            from otel_rl._internal import gpu as gpu_timing
-
-            gpu_timing.opt_in(self, name, gpu)
+        if gpu is not None or gpu_blocks_set:  # the one check GPU timing adds
+            if gpu is not None or gpu_wanted.get(name, True):  # False: known not to match
+                _gpu_opt_in(self, name, gpu)
 
     def __enter__(self) -> TimerNode:
         st = self._stack
@@ -548,6 +548,12 @@ class hierarchical_timer:
 
         wrapped.__wrapped__ = func  # type: ignore[attr-defined]
         return wrapped
+
+
+def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
+    from otel_rl._internal import gpu as gpu_timing
+
+    gpu_timing.opt_in(timer, name, gpu)
 
 
 # --- The whole-run view of this process -------------------------------------------------------
