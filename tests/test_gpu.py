@@ -436,3 +436,17 @@ def test_gpu_benchmark_runs_and_checks_its_counts() -> None:
                 "| opted in, device double |", "| opted in, null device |"):
         assert row in proc.stdout
     assert "CHECKS FAILED" not in proc.stdout
+
+
+@pytest.mark.parametrize("bad", [float("inf"), -1.0, "0.5", True])
+def test_spans_from_outside_with_a_malformed_gpu_time_are_bad_input(bad: object) -> None:
+    from otel_rl._internal.errors import UserError
+    from otel_rl._internal.readers.semantics import check_span
+    from otel_rl._internal.spandata import SpanData
+
+    span = SpanData("1" * 32, "2" * 16, "", "forward", 0, 10,
+                    attributes={semconv.GPU_SECONDS: bad})
+    with pytest.raises(UserError, match=r"otel_rl\.gpu\.seconds"):
+        check_span(span, "spans.json")
+    check_span(SpanData("1" * 32, "2" * 16, "", "forward", 0, 10,
+                        attributes={semconv.GPU_SECONDS: 0.25}), "spans.json")

@@ -18,6 +18,7 @@ ML-Agents) and float sums do not depend on the order the spans arrived in.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -108,7 +109,8 @@ def _worker_key(span: SpanData) -> _WorkerKey | None:
 def _add_gpu(node: TreeNode, span: SpanData) -> None:
     """The span's GPU time (a block opted in to GPU timing), if it has one."""
     seconds = span.attributes.get(semconv.GPU_SECONDS)
-    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+    if (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+            and math.isfinite(seconds) and seconds >= 0):
         count = 1
         if span.attributes.get(semconv.SYNTHETIC) is True:
             count = _int(span.attributes.get(semconv.GPU_COUNT), 1)

@@ -55,6 +55,12 @@ def check_span(span: SpanData, where: str) -> None:
     count = attributes.get(semconv.COUNT)
     if count is not None and not (_is_int(count) and 0 <= count <= _MAX_COUNT):
         raise _bad(where, span, semconv.COUNT, "a non-negative integer", count)
+    gpu_seconds = attributes.get(semconv.GPU_SECONDS)
+    if gpu_seconds is not None and not (_finite_number(gpu_seconds) and gpu_seconds >= 0):
+        raise _bad(where, span, semconv.GPU_SECONDS, "a finite, non-negative number", gpu_seconds)
+    gpu_count = attributes.get(semconv.GPU_COUNT)
+    if gpu_count is not None and not (_is_int(gpu_count) and 0 <= gpu_count <= _MAX_COUNT):
+        raise _bad(where, span, semconv.GPU_COUNT, "a non-negative integer", gpu_count)
     if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS):
         for key, value in attributes.items():
             if not key.startswith(semconv.GAUGE_PREFIX):
