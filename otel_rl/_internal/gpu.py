@@ -335,7 +335,7 @@ def ready(records: list[Record]) -> list[Record]:
                 not pending.t_end or now - pending.t_end < timeout):
             _held.append(record)
             continue
-        del spans[record[0]]
+        spans.pop(record[0], None)
         attrs: dict[str, Any]
         if pending.state == RESOLVED:
             attrs = {semconv.GPU_SECONDS: pending.seconds, semconv.GPU_DEVICE: pending.device}
