@@ -51,6 +51,8 @@ def configure(**settings: Any) -> None:
     - ``spans`` (``OTEL_RL_SPANS``): ``all``, ``auto`` (default) or ``off``; ``span_budget``
     - ``disabled`` (``OTEL_SDK_DISABLED``), ``resource_attributes``
       (``OTEL_RESOURCE_ATTRIBUTES``), ``propagate``, ``inherit_context``, ``run_id``
+    - ``gpu_blocks`` (``OTEL_RL_GPU_BLOCKS``): blocks also timed on the GPU with CUDA events
+      (names or patterns, e.g. ``"forward,backward,update"``); ``gpu_timeout``
     - ``exporters``: extra standard OTel ``SpanExporter`` objects
 
     An invalid argument raises ``ValueError``; a malformed environment value is ignored with

@@ -450,3 +450,41 @@ def test_spans_from_outside_with_a_malformed_gpu_time_are_bad_input(bad: object)
         check_span(span, "spans.json")
     check_span(SpanData("1" * 32, "2" * 16, "", "forward", 0, 10,
                         attributes={semconv.GPU_SECONDS: 0.25}), "spans.json")
+
+
+def test_many_threads_sharing_the_event_pool_while_the_device_runs(cuda: FakeCuda) -> None:
+    stop = threading.Event()
+
+    def device() -> None:  # the clock moves while blocks are recorded and resolved
+        while not stop.is_set():
+            cuda.advance(0.5)
+            time.sleep(0.0002)
+
+    nodes = {}
+    alive = threading.Barrier(8)  # all at once: a thread id reused would share a timer stack
+
+    def worker(i: int) -> None:
+        cuda.set_stream(cuda.new_stream())
+        alive.wait()
+        for _ in range(200):
+            with hierarchical_timer("policy", gpu=True):
+                cuda.launch(1.0 + i)
+        nodes[i] = get_timer_root().children["policy"]
+        alive.wait()
+
+    clock = threading.Thread(target=device)
+    clock.start()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wait_until(lambda: gpu.outstanding() == 0, timeout=20.0)
+    finally:
+        stop.set()
+        clock.join()
+    for i, node in nodes.items():
+        assert node.gpu_count == 200
+        assert node.gpu_total == pytest.approx(200 * (1.0 + i) / 1e3)
+    assert not gpu._disabled

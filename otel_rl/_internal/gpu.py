@@ -171,8 +171,7 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
             return None  # the program has not used CUDA yet: nothing to time, no context made
         stream = api.current_stream()
         device = stream.device_index
-        pool = _pools.get(device)
-        start = pool.pop() if pool else api.Event(enable_timing=True)
+        start = _event(api, device)
         start.record(stream)
     except Exception as exc:
         _fail(exc)
@@ -183,11 +182,21 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
     return pending
 
 
+def _event(api: Any, device: int) -> Any:
+    """An event from the device's pool, or a new one."""
+    pool = _pools.get(device)
+    if pool:
+        try:
+            return pool.pop()
+        except IndexError:  # another thread took the last one
+            pass
+    return api.Event(enable_timing=True)
+
+
 def end(pending: Pending) -> None:
     """Record the end event on the block's stream and hand the pair to the resolver."""
     try:
-        pool = _pools.get(pending.device)
-        stop = pool.pop() if pool else _api.Event(enable_timing=True)
+        stop = _event(_api, pending.device)
         stop.record(pending.stream)
     except Exception as exc:
         _fail(exc)
