@@ -16,6 +16,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -488,3 +489,31 @@ def test_many_threads_sharing_the_event_pool_while_the_device_runs(cuda: FakeCud
         assert node.gpu_count == 200
         assert node.gpu_total == pytest.approx(200 * (1.0 + i) / 1e3)
     assert not gpu._disabled
+
+
+@pytest.mark.chromium
+def test_html_report_shows_gpu_time_in_the_tooltip_and_table(
+    chromium_driver: object, tmp_path: Path
+) -> None:
+    from selenium.webdriver import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from otel_rl.renderers import html
+
+    driver: Any = chromium_driver
+    path = tmp_path / "report.html"
+    path.write_text(html.render(_tree_with_gpu()), encoding="utf-8")
+    driver.get_log("browser")
+    driver.get(path.as_uri())
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    rows = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#gpu tbody tr")]
+    assert len(rows) == 2 and "549.00 ms" in rows[0] and "1.89×" in rows[0]
+    forward = driver.find_element(By.CSS_SELECTOR, "#icicle div.node[data-name='forward'] .val")
+    ActionChains(driver).move_to_element(forward).perform()
+    tip = driver.find_element(By.ID, "tooltip")
+    deadline = time.monotonic() + 3
+    while not tip.is_displayed():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    lines = tip.text.splitlines()
+    assert lines[:4] == ["forward", "train", "total 291.00 ms", "gpu 549.00 ms"], lines
