@@ -517,3 +517,25 @@ def test_html_report_shows_gpu_time_in_the_tooltip_and_table(
         time.sleep(0.05)
     lines = tip.text.splitlines()
     assert lines[:4] == ["forward", "train", "total 291.00 ms", "gpu 549.00 ms"], lines
+
+
+def test_gpu_time_pending_across_reset_timers_stays_in_the_whole_run_tree(
+    cuda: FakeCuda, tmp_path: Path
+) -> None:
+    from otel_rl.timers import reset_timers
+
+    otel_rl.configure(output_dir=str(tmp_path))
+    cuda.launch(50.0)
+    for _ in range(3):
+        with hierarchical_timer("forward", gpu=True):
+            cuda.launch(2.0)
+    reset_timers()  # ML-Agents' env workers do this after every step they report
+    with hierarchical_timer("forward", gpu=True):
+        cuda.launch(2.0)
+    cuda.advance(100.0)
+    otel_rl.shutdown()
+    forward = json.loads((tmp_path / "timers.json").read_text())["children"]["forward"]
+    assert (forward["count"], forward["gpu_count"]) == (4, 4)
+    assert forward["gpu_total"] == pytest.approx(0.008)
+    assert "forward" in get_timer_tree()["children"]  # ML-Agents' view: only since the reset
+    assert get_timer_root().children["forward"].count == 1

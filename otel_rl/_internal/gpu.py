@@ -56,6 +56,7 @@ _idle = True  # the resolver waits on `_wake` (set only then, to keep `end` chea
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 _active = 0  # pairs the resolver holds (written only by the resolver thread)
+_active_pairs: list[Pending] = []  # the resolver's list as of its last pass
 #: Span id -> its pair, for spans whose record may still wait for GPU time.
 spans: dict[int, Pending] = {}
 _held: list[Record] = []  # records held back by `ready` until their GPU time is known
@@ -255,7 +256,7 @@ def _ensure_thread() -> None:
 
 
 def _loop() -> None:
-    global _idle, _active
+    global _idle, _active, _active_pairs
     active: list[Pending] = []
     last_prune = time.monotonic()
     generation = _generation
@@ -277,6 +278,7 @@ def _loop() -> None:
             continue
         active = resolve(active, time.monotonic())
         _active = len(active)
+        _active_pairs = active
         now = time.monotonic()
         if now - last_prune > 1.0:
             last_prune = now
@@ -321,6 +323,31 @@ def _prune(now: float) -> None:
     for sid, pending in list(spans.items()):
         if pending.state != PENDING and now - pending.t_end > RESULT_TTL:
             spans.pop(sid, None)
+
+
+def _retarget(stack: Any, old_root: TimerNode) -> None:
+    """`reset_timers()` retired `old_root` into `stack.retired`: GPU time still pending for its
+    nodes goes to the retired copies, which the whole-run tree keeps."""
+    pairs = [p for p in (*_queue, *_active_pairs) if p.state == PENDING]
+    if not pairs:
+        return
+    paths: dict[int, tuple[str, ...]] = {}
+    todo: list[tuple[TimerNode, tuple[str, ...]]] = [(old_root, ())]
+    while todo:
+        node, path = todo.pop()
+        for name, child in list(node.children.items()):
+            paths[id(child)] = (*path, name)
+            todo.append((child, (*path, name)))
+    for pending in pairs:
+        where = paths.get(id(pending.node))
+        if where is not None:
+            target = stack.retired
+            for name in where:
+                target = target.get_child(name)
+            pending.node = target
+
+
+recorder.on_retire = _retarget
 
 
 # --- spans: held back until their GPU time is known ---------------------------------------------

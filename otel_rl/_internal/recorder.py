@@ -168,7 +168,11 @@ class TimerStack:
 
     def reset(self) -> None:
         """Start over (ML-Agents semantics). The whole-run tree keeps what was recorded."""
+        old_root = self.root
         _retire(self)
+        hook = on_retire
+        if hook is not None:
+            hook(self, old_root)
         self.root = TimerNode("root")
         self.stack = [self.root]
         self.start_time = time.perf_counter()
@@ -261,6 +265,9 @@ _registry_lock = threading.Lock()
 #: Whether the `gpu_blocks` setting names any block, and its verdict per name (`gpu.wanted`).
 gpu_blocks_set = False
 gpu_wanted: dict[str, bool] = {}
+#: Set by the `gpu` module: called by `TimerStack.reset` with the stack and its old root, so
+#: GPU time still pending for the old nodes lands in the retired tree.
+on_retire: Callable[[TimerStack, TimerNode], None] | None = None
 #: Set by the runtime while spans are on: called with each new stack to attach it to the run.
 on_new_stack: Callable[[TimerStack], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
