@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import sys
 import time
 import typing
 from collections import deque
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
+from otel_rl._internal.recorder import set_active_stack
 from otel_rl.timers import hierarchical_timer
 
 __all__ = [
@@ -147,6 +149,24 @@ _PICKLED_CONTEXT_STATE = (
 )
 
 
+#: `TimingContext._swap` when the block did not switch the thread to a component's stack.
+_NO_SWAP = object()
+
+
+def _enter_component(timing: Timing) -> Any:
+    """Switch this thread to the component stack of `timing` (see `otel_rl._internal.
+    components`) for one of its top-level blocks; returns the stack to switch back to."""
+    runtime = sys.modules.get("otel_rl._internal.runtime")
+    if runtime is None or runtime.current() is None:
+        return _NO_SWAP  # otel_rl not configured: nothing to place
+    from otel_rl._internal import components
+
+    stack = components.stack_for(str(dict.get(timing, "_name", "")))
+    if stack is None:
+        return _NO_SWAP
+    return set_active_stack(stack)
+
+
 class TimingContext:
     """One timed block of a `Timing`; made by `Timing.timeit`/`add_time`/`time_avg`.
 
@@ -164,6 +184,7 @@ class TimingContext:
         "_gpu",
         "_key",
         "_outer_blocks",
+        "_swap",
         "_time",
         "_time_enter",
         "_timing",
@@ -188,6 +209,7 @@ class TimingContext:
         self._block: _Block | None = None
         self._outer_blocks: list[_Block | None] | None = None
         self._gpu = gpu
+        self._swap: Any = _NO_SWAP
 
     def __getstate__(self) -> dict[str, Any]:
         # Sample Factory's attributes (and an explicit GPU choice): a mirror block is live
@@ -203,6 +225,7 @@ class TimingContext:
             setattr(self, name, value)
         self._block = None
         self._outer_blocks = None
+        self._swap = _NO_SWAP
 
     def set_tree_node(self, node: TimingTreeNode) -> None:
         self.timing_tree_node = node
@@ -235,6 +258,8 @@ class TimingContext:
                 self._outer_blocks.append(self._block)
                 self._block = None
             try:
+                if len(dict.__getitem__(self._timing, "_open_contexts_stack")) == 1:
+                    self._swap = _enter_component(self._timing)
                 gpu = self._gpu
                 block = factory(self._key) if gpu is None else factory(self._key, gpu=gpu)
                 block.__enter__()
@@ -266,6 +291,10 @@ class TimingContext:
                     block.__exit__(type_, value, traceback)
                 except Exception as exc:
                     _bridge_error(exc)
+            swap = self._swap
+            if swap is not _NO_SWAP:
+                self._swap = _NO_SWAP
+                set_active_stack(swap)
 
 
 class Timing(AttrDict):

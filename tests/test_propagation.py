@@ -314,14 +314,20 @@ def test_mlagents_shaped_env_workers_are_not_double_counted(tmp_path: Path) -> N
     legacy = timers.get_timer_tree()
     otel_rl.shutdown()
     tree, spans = results(tmp_path)
-    # The legacy tree is ML-Agents' own: worker roots merged under workers/worker_root.
-    merged = node(legacy, "env_manager.step", "workers", "worker_root", "worker_step")
-    assert merged["count"] == steps * n_workers and merged["is_parallel"]
-    # The whole-run tree has each worker's blocks once, under the block that started them.
-    assert node(tree, "create_env_manager", "worker_step")["count"] == steps * n_workers
-    assert node(tree, "create_env_manager", "worker_step")["is_parallel"]
-    assert "worker_root" not in node(tree, "env_manager.step", "workers").get("children", {})
-    assert node(tree, "env_manager.step", "workers")["count"] == steps
+    # The legacy tree is ML-Agents' own: worker roots merged under workers/worker_root. A
+    # forked worker starts from a copy of the parent's stack, as with ML-Agents, so its first
+    # step (before its first reset_timers) sits under the block open at the fork.
+    worker_root = ("env_manager.step", "workers", "worker_root")
+    merged = node(legacy, *worker_root, "worker_step")
+    assert merged["count"] == (steps - 1) * n_workers and merged["is_parallel"]
+    assert node(legacy, *worker_root, "create_env_manager", "worker_step")["count"] == n_workers
+    # The whole-run tree has each worker's blocks once, where the program merges them.
+    workers = node(tree, "env_manager.step", "workers")
+    assert workers["count"] == steps
+    assert set(workers["children"]) == {"worker_step"}
+    assert workers["children"]["worker_step"]["count"] == steps * n_workers
+    assert workers["children"]["worker_step"]["is_parallel"]
+    assert "worker_step" not in node(tree, "create_env_manager").get("children", {})
     assert sum(1 for s in spans if s.name == "worker_step") == steps * n_workers
     # The workers outlive create_env_manager (as in ML-Agents), so only causality holds.
     check_trace(tree, spans, processes=1 + n_workers, contained=False)

@@ -335,6 +335,11 @@ def _from_env(setting: _Setting, environ: Mapping[str, str]) -> tuple[Any, str |
     return None, None
 
 
+def new_run_id() -> str:
+    """A fresh run id: start time and a random suffix."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+
+
 def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
     """Resolve every setting: argument > OTEL_RL_* > OTEL_* > default."""
     environ = os.environ if environ is None else environ
@@ -371,7 +376,7 @@ def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = No
             "service.name", "unknown_service:python"
         )
     if not settings.run_id:
-        settings.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+        settings.run_id = new_run_id()
     if settings.endpoint is not None and settings.endpoint.lower() in ("none", "off"):
         settings.endpoint = None
     return settings

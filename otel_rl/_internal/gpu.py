@@ -340,6 +340,9 @@ def _retarget(stack: Any, old_root: TimerNode) -> None:
             todo.append((child, (*path, name)))
     for pending in pairs:
         where = paths.get(id(pending.node))
+        fork_path = stack.fork_path  # a forked child's retired tree is lifted (`recorder.lift`)
+        if where is not None and fork_path and where[:len(fork_path)] == fork_path:
+            where = where[len(fork_path):]
         if where is not None:
             target = stack.retired
             for name in where:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing.process
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -219,7 +220,18 @@ def start_worker(carrier: Mapping[str, str]) -> None:
         runtime.start(settings, ctx, auto=True)
 
 
+#: multiprocessing's own names for processes nobody named ("Process-3", "SpawnProcess-2:1").
+_DEFAULT_PROCESS_NAME = re.compile(r"^\w+-\d+(:\d+)*$")
+
+
 def _role_of(process: multiprocessing.process.BaseProcess) -> str:
+    """The role of a worker process: the name the program gave it (Sample Factory's
+    ``rollout_proc0`` -> ``rollout_proc``), else its target's name."""
+    name = str(getattr(process, "_name", "") or "")
+    if name and not _DEFAULT_PROCESS_NAME.match(name):
+        role = name.rstrip("0123456789-_:. ")
+        if role:
+            return role
     target = getattr(process, "_target", None)
     name = getattr(target, "__qualname__", None) or type(process).__name__
     return str(name).strip("_") or "worker"

@@ -33,7 +33,7 @@ class TimerNode:
     """The time spent in one block of code (keyed by name in its parent's `children`)."""
 
     __slots__ = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "merged_count",
-                 "merged_total", "name", "total")
+                 "merged_total", "name", "origin", "total")
 
     def __init__(self, name: str = "") -> None:
         self.children: dict[str, TimerNode] = {}
@@ -48,6 +48,10 @@ class TimerNode:
         # GPU seconds of the runs whose events were read (opt-in blocks; `gpu` module).
         self.gpu_total = 0.0
         self.gpu_count = 0
+        # On a stack's root: (pid, thread id) of the stack, so that when the program merges
+        # this tree into another (ML-Agents' `workers`, `trainer_threads`) the whole-run tree
+        # can place that stack's blocks there. It travels with a pickled root.
+        self.origin: tuple[int, int] | None = None
 
     def get_child(self, name: str) -> TimerNode:
         """The child node for `name`, created if it does not exist yet."""
@@ -63,6 +67,10 @@ class TimerNode:
 
     def merge(self, other: Any, root_name: str | None = None, is_parallel: bool = True) -> None:
         """Add `other` (and its children, recursively) into this node, ML-Agents style."""
+        origin = getattr(other, "origin", None)
+        hook = on_merge
+        if origin is not None and hook is not None:
+            hook(self, origin)
         node = self.get_child(root_name) if root_name else self
         node.total += other.total
         node.count += other.count
@@ -140,12 +148,17 @@ class Trace:
 class TimerStack:
     """All the time spent in one thread (or an explicitly passed stack)."""
 
-    __slots__ = ("base", "dropped", "gauges", "merged_gauge_counts", "metadata", "pid",
-                 "retired", "retired_gauges", "root", "run_start", "span", "stack",
-                 "start_time", "tid", "tname", "trace")
+    __slots__ = ("base", "component", "dropped", "fork_path", "gauges", "merged_gauge_counts",
+                 "metadata", "pid", "retired", "retired_gauges", "root", "run_start", "span",
+                 "stack", "start_time", "tid", "tname", "trace")
 
     def __init__(self) -> None:
+        current = threading.current_thread()
+        self.tid = current.ident or 0
+        self.tname = current.name
+        self.pid = os.getpid()
         self.root = TimerNode("root")
+        self.root.origin = (self.pid, self.tid)
         self.stack = [self.root]
         self.start_time = time.perf_counter()
         self.gauges: dict[str, GaugeNode] = {}
@@ -157,10 +170,12 @@ class TimerStack:
         self.retired_gauges: dict[str, GaugeNode] = {}
         self.merged_gauge_counts: dict[str, int] = {}
         self.dropped = 0
-        current = threading.current_thread()
-        self.tid = current.ident or 0
-        self.tname = current.name
-        self.pid = os.getpid()
+        # In a forked child: the names of the blocks that were open in the parent at the fork
+        # (the child's own blocks hang under them in its legacy tree; in the whole run they
+        # hang under the block that started the child). Cleared by `reset()`.
+        self.fork_path: tuple[str, ...] = ()
+        # Set on a `components` stack: the Sample Factory Timing it serves (see `components`).
+        self.component: Any = None
         self.base: Base | None = None
         self.trace: Trace | None = None
         self.span = 0
@@ -173,7 +188,9 @@ class TimerStack:
         hook = on_retire
         if hook is not None:
             hook(self, old_root)
+        self.fork_path = ()
         self.root = TimerNode("root")
+        self.root.origin = (self.pid, self.tid)
         self.stack = [self.root]
         self.start_time = time.perf_counter()
         self.gauges = {}
@@ -206,6 +223,7 @@ class TimerStack:
             if self.gauges:
                 res["gauges"] = self._get_gauges()
             if self.metadata:
+                fix_argv(self.metadata)
                 self.metadata["end_time_seconds"] = str(int(time.time()))
                 res["metadata"] = self.metadata
         res.update(node_dict(node))
@@ -231,6 +249,17 @@ class TimerStack:
         self.metadata["start_time_seconds"] = str(int(time.time()))
         self.metadata["python_version"] = sys.version
         self.metadata["command_line_arguments"] = " ".join(sys.argv)
+
+
+#: ``" ".join(sys.argv)`` while Python was still starting (set by zero-code mode, whose
+#: start-up hook configures otel_rl before ``-m module`` has rewritten sys.argv).
+startup_argv: str | None = None
+
+
+def fix_argv(metadata: dict[str, str]) -> None:
+    """Record the program's real command line where a stack was made during start-up."""
+    if startup_argv is not None and metadata.get("command_line_arguments") == startup_argv:
+        metadata["command_line_arguments"] = " ".join(sys.argv)
 
 
 def node_dict(node: TimerNode, gpu: bool = False) -> dict[str, Any]:
@@ -270,6 +299,9 @@ gpu_wanted: dict[str, bool] = {}
 on_retire: Callable[[TimerStack, TimerNode], None] | None = None
 #: Set by the runtime while spans are on: called with each new stack to attach it to the run.
 on_new_stack: Callable[[TimerStack], None] | None = None
+#: Set by the runtime: called as ``(target, origin)`` when the program merges a stack's root
+#: (tagged with its `origin`) into `target` (see `placement`).
+on_merge: Callable[[TimerNode, tuple[int, int]], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
 buffer_cap = 0
 #: Records of kept outlier iterations that no longer fitted in the buffer (counted as drops).
@@ -339,15 +371,42 @@ def reseed_ids() -> None:
 
 
 def reset_after_fork() -> TimerStack:
-    """In a forked child: only the forking thread survives; give it a fresh stack so the
-    child's whole-run contribution holds only what the child itself records."""
+    """In a forked child: only the forking thread survives, and it keeps its stack as it was,
+    as with ML-Agents (the child's `get_timer_tree()` starts from a copy of the parent's). What
+    that copy holds is the parent's: it is marked as merged-in, so the child's whole-run
+    contribution holds only what the child records itself."""
     global _registry_lock
     _registry_lock = threading.Lock()
+    ident = threading.get_ident()
+    survivor = _thread_timer_stacks.get(ident)
     _all_stacks.clear()
     _thread_timer_stacks.clear()
     _local.__dict__.pop("stack", None)
     reseed_ids()
-    return thread_stack()
+    if survivor is None:
+        return thread_stack()
+    survivor.pid = os.getpid()
+    survivor.root.origin = (survivor.pid, survivor.tid)
+    _mark_inherited(survivor.root)
+    survivor.merged_gauge_counts = {name: g.count for name, g in survivor.gauges.items()}
+    survivor.retired = TimerNode("root")
+    survivor.retired_gauges = {}
+    survivor.dropped = 0
+    survivor.fork_path = tuple(node.name for node in survivor.stack[1:])
+    survivor.base = None
+    survivor.trace = None
+    survivor.span = 0
+    _thread_timer_stacks[ident] = survivor
+    _all_stacks.append(survivor)
+    return survivor
+
+
+def _mark_inherited(node: TimerNode) -> None:
+    node.merged_total = node.total
+    node.merged_count = node.count
+    node.gpu_total, node.gpu_count = 0.0, 0  # the parent's; ML-Agents' tree never shows them
+    for child in node.children.values():
+        _mark_inherited(child)
 
 
 # --- Iterations under the `auto` policy -----------------------------------------------------
@@ -596,8 +655,31 @@ def merge_into(target: TimerNode, source: TimerNode, parallel: bool) -> None:
         merge_into(dest, child, parallel)
 
 
-def _retire(stack: TimerStack) -> None:
+def lift(own: TimerNode, fork_path: tuple[str, ...]) -> TimerNode:
+    """A forked child's own blocks relative to the block that started it: what it recorded
+    inside the blocks open at the fork (`fork_path`) moves up to the root. Blocks it ran after
+    leaving one of those (a plain `os.fork()` child returning) move up too."""
+    result = TimerNode("root")
+    node = own
+    for name in fork_path:
+        inner = node.children.pop(name, None)
+        merge_into(result, node, False)
+        if inner is None:
+            return result
+        node = inner
+    merge_into(result, node, False)
+    return result
+
+
+def _own(stack: TimerStack) -> TimerNode | None:
     own = own_copy(stack.root)
+    if own is not None and stack.fork_path:
+        own = lift(own, stack.fork_path)
+    return own
+
+
+def _retire(stack: TimerStack) -> None:
+    own = _own(stack)
     if own is not None:
         merge_into(stack.retired, own, False)
     for name, gauge in stack.gauges.items():
@@ -615,7 +697,7 @@ def stack_contribution(stack: TimerStack) -> TimerNode:
     """Everything `stack` recorded (its own blocks, resets included) as one root node."""
     result = TimerNode("root")
     merge_into(result, stack.retired, False)
-    own = own_copy(stack.root)
+    own = _own(stack)
     if own is not None:
         merge_into(result, own, False)
     return result

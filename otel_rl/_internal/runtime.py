@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from time import perf_counter_ns
 from typing import Any
 
-from otel_rl._internal import log, recorder, semconv, wholerun
+from otel_rl._internal import log, placement, recorder, semconv, wholerun
 from otel_rl._internal.config import Settings, resolve
 from otel_rl._internal.pipeline import FileSink, OtlpSink, Pipeline, SpanExporterSink, Stats
 from otel_rl._internal.recorder import Base, IterationPolicy, TimerStack, Trace
@@ -220,6 +220,7 @@ class Runtime:
         recorder.policy = self.policy
         recorder.buffer_cap = self.settings.max_buffer if self.spans_on else 0
         recorder.on_new_stack = self.adopt
+        recorder.on_merge = placement.on_merge
         if self.spans_on or self.output_dir:
             self.pipeline.start()
 
@@ -284,6 +285,7 @@ class Runtime:
                 "contributions": wholerun.contributions(stacks, self.base),
                 "gauges": wholerun.stack_gauges(stacks),
                 "dropped": sum(st.dropped for st in stacks),
+                "placements": placement.places(),
                 "children": children}
 
     def _on_flush(self, deadline: float) -> None:
@@ -306,6 +308,9 @@ class Runtime:
         if run_stack is not None and not self.is_worker:
             for key, value in self.run_metadata(run_stack).items():
                 attrs[f"{semconv.METADATA_PREFIX}{key}"] = str(value)
+        places = placement.places()
+        if places:
+            attrs[semconv.PLACEMENTS] = placement.encode(places)
         tid = run_stack.tid if run_stack is not None else threading.get_ident()
         if self.is_worker:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
@@ -325,6 +330,7 @@ class Runtime:
     def run_metadata(self, run_stack: TimerStack) -> dict[str, str]:
         """The run's metadata: the main thread's (ML-Agents' defaults and add_metadata) plus
         otel_rl's own keys; the same on the run span and in timers.json."""
+        recorder.fix_argv(run_stack.metadata)
         metadata = dict(run_stack.metadata)
         metadata["otel_rl_run_id"] = self.run_id
         metadata["otel_rl_version"] = VERSION
@@ -344,7 +350,8 @@ class Runtime:
         return wholerun.build(local=wholerun.contributions(stacks, self.base),
                               snapshots=snapshots,
                               root_total=(end_ns - run_stack.run_start) / 1e9,
-                              gauges=wholerun.stack_gauges(stacks), metadata=metadata)
+                              gauges=wholerun.stack_gauges(stacks), metadata=metadata,
+                              places=placement.places())
 
     def dropped_total(self) -> int:
         """Spans lost so far; buffer-full drops join `stats` when shutdown starts."""
@@ -353,6 +360,9 @@ class Runtime:
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         end_ns = perf_counter_ns()
+        components = sys.modules.get("otel_rl._internal.components")
+        if components is not None:  # Sample Factory components end with the run
+            components.close_all(end_ns, self.pipeline.buffer, self.spans_on)
         if self.spans_on:
             self._final_span(end_ns)
         # Stop recording spans; the trees keep aggregating as plain ML-Agents timers.

@@ -35,6 +35,15 @@ GPU_SECONDS = "otel_rl.gpu.seconds"
 GPU_DEVICE = "otel_rl.gpu.device"
 GPU_TIMED_OUT = "otel_rl.gpu.timed_out"
 GPU_COUNT = "otel_rl.gpu.count"
+#: On run/process spans: where the program merged another thread's or process's timer tree
+#: into its own (ML-Agents' `workers`, `trainer_threads`), as JSON
+#: ``[[pid, thread id, [block names from the root]], ...]``: that thread's blocks belong there.
+PLACEMENTS = "otel_rl.placements"
+#: On a component span (a Sample Factory `Timing` used in a worker process or thread): the
+#: Timing's name ("RolloutWorker_w0 profile"), its role ("RolloutWorker") and index (0).
+COMPONENT = "otel_rl.component"
+COMPONENT_ROLE = "otel_rl.component.role"
+COMPONENT_INDEX = "otel_rl.component.index"
 #: Source of a block ("mlagents" timers facade, "sample_factory" Timing facade).
 SOURCE = "otel_rl.source"
 

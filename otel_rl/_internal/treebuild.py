@@ -10,7 +10,11 @@
 4. A span in another process or thread than its parent block starts a parallel branch.
 5. total = summed durations, count = number of spans (``otel_rl.count`` on synthetic spans);
    gpu_total/gpu_count likewise from ``otel_rl.gpu.seconds`` (``otel_rl.gpu.count``).
-6. Spans of worker processes are also gathered per worker into `Tree.workers`.
+6. Spans of worker processes are also gathered per worker into `Tree.workers`; a component
+   span (a Sample Factory Timing in a worker, ``otel_rl.component.role``) starts a worker entry
+   of that role holding the blocks below it.
+7. A parallel branch whose thread the program merged into one of its own blocks
+   (``otel_rl.placements`` on run/process spans, see `placement`) hangs under that block.
 
 Spans are taken in start order, so children appear in the order they first ran (as in
 ML-Agents) and float sums do not depend on the order the spans arrived in.
@@ -24,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import placement, semconv
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Gauge, Tree, TreeNode, WorkerInfo
 
@@ -45,6 +49,8 @@ class _Info:
     parallel: bool  # this block or an ancestor block runs in parallel to its parent
     worker: _WorkerKey | None = None
     worker_parallel: bool = False  # the same, counted from the worker's own first block
+    scoped: bool = False  # `worker` is a component's: the blocks below it inherit it
+    component: bool = False  # this span is the component itself, not one of its blocks
 
 
 @dataclass
@@ -148,6 +154,7 @@ class _Builder:
         self.missing: list[SpanData] = []  # placed under the root for want of a parent
         self.cycles = 0
         self.workers: dict[_WorkerKey, _Worker] = {}
+        self.places: dict[tuple[int, int], tuple[str, ...]] = {}
 
     def build(self) -> Tree:
         tree = self.tree
@@ -167,7 +174,7 @@ class _Builder:
             info.node.add(span.duration_s, count)
             _add_gpu(info.node, span)
             info.node.is_parallel |= info.parallel
-            if info.worker is not None:
+            if info.worker is not None and not info.component:
                 self.workers[info.worker].blocks.append((span, info))
         tree.workers = self._worker_infos()
         self._notes()
@@ -183,6 +190,10 @@ class _Builder:
             end = max(s.end_ns for s in self.ordered)
             root.add(max(0, end - start) / 1e9)
         processes = [s for s in self.ordered if _kind(s) == semconv.KIND_PROCESS]
+        self.places = placement.decode(
+            s.attributes[semconv.PLACEMENTS] for s in self.run_spans + processes
+            if semconv.PLACEMENTS in s.attributes
+        )
         # Gauges in end order: as in ML-Agents' GaugeNode.merge, the later value wins.
         for span in sorted(self.run_spans + processes, key=lambda s: s.end_ns):
             for name, gauge in _gauges(span.attributes).items():
@@ -244,6 +255,10 @@ class _Builder:
         differs = _differs(own, parent.ident)
         if span.attributes.get(semconv.SYNTHETIC) is True and span.attributes.get(semconv.IS_PARALLEL):
             differs = True  # `otel-rl import` keeps ML-Agents' flag as an attribute
+        if differs and self.places:
+            place = self.places.get((_int(own[0], 0), _int(own[1], 0)))
+            if place is not None:  # rule 7: where the program merged this thread's tree
+                parent = _Info(self.tree.node_at(place), place, parent.ident, True)
         path = (*parent.path, span.name)
         info = _Info(
             node=parent.node.child(span.name),
@@ -251,6 +266,17 @@ class _Builder:
             ident=own,
             parallel=parent.parallel or differs,
         )
+        role = span.attributes.get(semconv.COMPONENT_ROLE)
+        if role is not None:  # rule 6: a component starts a worker entry of its role
+            info.worker = (str(role), _int(span.attributes.get(semconv.COMPONENT_INDEX), 0),
+                           _int(own[0], 0))
+            info.scoped = info.component = True
+            self.workers.setdefault(info.worker, _Worker()).start_paths.append(path)
+            return info
+        if parent.scoped and parent.worker is not None and parent.worker[2] == _int(own[0], 0):
+            info.worker, info.scoped = parent.worker, True
+            info.worker_parallel = (parent.worker_parallel and not parent.component) or differs
+            return info
         worker = _worker_key(span)
         if worker is not None:
             info.worker = worker

@@ -16,7 +16,7 @@ from otel_rl._internal.recorder import GaugeNode, TimerStack, node_dict, stack_c
 if TYPE_CHECKING:
     # Imported where used: only the main process's shutdown builds a Tree, and the tree model
     # (dataclasses) would cost every worker milliseconds of start-up.
-    from otel_rl._internal.tree import Tree, TreeNode
+    from otel_rl._internal.tree import Tree, TreeNode, WorkerInfo
 
 
 def _gauge_dict(gauge: GaugeNode, count: int) -> dict[str, Any]:
@@ -63,8 +63,13 @@ def contributions(stacks: Iterable[TimerStack], default_base: Any) -> list[dict[
         base = st.base or default_base
         path = list(base.path) if base is not None else []
         parallel = base is not None and (base.pid, base.tid) != (st.pid, st.tid)
-        result.append({"path": path, "parallel": parallel, "tree": node_dict(node, gpu=True),
-                       "pid": st.pid, "tid": st.tid})
+        contribution = {"path": path, "parallel": parallel, "tree": node_dict(node, gpu=True),
+                        "pid": st.pid, "tid": st.tid}
+        component = st.component
+        if component is not None:  # a Sample Factory Timing's component (see `components`)
+            contribution["component"] = {"name": component.name, "role": component.role,
+                                         "index": component.index}
+        result.append(contribution)
     return result
 
 
@@ -74,35 +79,65 @@ def _flatten(snapshot: dict[str, Any]) -> Iterable[dict[str, Any]]:
         yield from _flatten(child)
 
 
-def _place(tree: Tree, contribution: dict[str, Any]) -> TreeNode:
-    """Merge a contribution's blocks under the block that started them; returns its subtree."""
+def _place(tree: Tree, contribution: dict[str, Any],
+           places: dict[tuple[int, int], tuple[str, ...]]) -> TreeNode:
+    """Merge a contribution's blocks under the block that started them, or where the program
+    merged that thread's tree itself (`placement`); returns its subtree. The contribution's
+    path is updated to where it went."""
     from otel_rl._internal.tree import Tree
 
     node = Tree.from_dict(contribution["tree"]).root
+    parallel = contribution["parallel"]
+    place = places.get((int(contribution.get("pid") or 0), int(contribution.get("tid") or 0)))
+    if place is not None:
+        contribution["path"], parallel = list(place), True
     at = tree.node_at(contribution["path"])
     for name, child in node.children.items():
-        at.child(name).merge(child, is_parallel=contribution["parallel"])
+        at.child(name).merge(child, is_parallel=parallel)
     return node
 
 
+def _worker(contribution: dict[str, Any], node: TreeNode, role: str, index: int,
+            pid: int) -> WorkerInfo:
+    """The cross-worker entry of a contribution: a component's blocks (below the component
+    node, named by the Timing's role), else the whole process's."""
+    from otel_rl._internal.tree import TreeNode, WorkerInfo
+
+    component = contribution.get("component")
+    path = list(contribution["path"])
+    if component:
+        inner = node.children.get(str(component.get("name")))
+        if inner is not None:
+            node = TreeNode(str(component.get("role") or role))
+            node.children = inner.children
+            return WorkerInfo(node.name, int(component.get("index") or 0), pid,
+                              [*path, str(component.get("name"))], node)
+    return WorkerInfo(role, index, pid, path, node)
+
+
 def build(*, local: list[dict[str, Any]], snapshots: Iterable[dict[str, Any]], root_total: float,
-          gauges: dict[str, dict[str, Any]], metadata: dict[str, str]) -> dict[str, Any]:
+          gauges: dict[str, dict[str, Any]], metadata: dict[str, str],
+          places: list[list[Any]] | None = None) -> dict[str, Any]:
     """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
-    from otel_rl._internal.tree import Gauge, Tree, WorkerInfo
+    from otel_rl._internal import placement
+    from otel_rl._internal.tree import Gauge, Tree
 
     all_gauges = {name: dict(g) for name, g in gauges.items()}
     tree = Tree()
+    snaps = [snap for top in snapshots for snap in _flatten(top)]
+    where = placement.decode([places or [], *(snap.get("placements") or [] for snap in snaps)])
     for contribution in local:
-        _place(tree, contribution)
-    for top in snapshots:
-        for snap in _flatten(top):
-            for contribution in snap.get("contributions") or ():
-                node = _place(tree, contribution)
-                tree.workers.append(WorkerInfo(
-                    snap.get("role") or "worker", int(snap.get("index") or 0),
-                    int(snap.get("pid") or 0), list(contribution["path"]), node))
-            for name, gauge in (snap.get("gauges") or {}).items():
-                merge_gauge(all_gauges, name, gauge)
+        node = _place(tree, contribution, where)
+        if contribution.get("component"):  # a thread of this process running a component
+            tree.workers.append(_worker(contribution, node, "worker", 0,
+                                        int(contribution.get("pid") or 0)))
+    for snap in snaps:
+        for contribution in snap.get("contributions") or ():
+            node = _place(tree, contribution, where)
+            tree.workers.append(_worker(contribution, node, snap.get("role") or "worker",
+                                        int(snap.get("index") or 0), int(snap.get("pid") or 0)))
+        for name, gauge in (snap.get("gauges") or {}).items():
+            merge_gauge(all_gauges, name, gauge)
     tree.root.total, tree.root.count = root_total, 1
     tree.gauges = {name: Gauge(g["value"], g["min"], g["max"], g["count"])
                    for name, g in all_gauges.items()}

@@ -7,6 +7,12 @@ zero-code folder goes first on PYTHONPATH so that every Python process of the pr
 with otel_rl's `sitecustomize` (see `otel_rl._internal.zerocode`); its main process is the run.
 A ``.py`` COMMAND runs with this Python. Signals sent to ``otel-rl run`` are passed on to the
 program, and its exit code is returned (128 + N when signal N ended it).
+
+The service is named after the program (``python -m sf_examples.train_gym_env`` ->
+``sf_examples.train_gym_env``, ``mlagents-learn`` -> ``mlagents-learn``) unless
+``--service-name``, ``OTEL_RL_SERVICE_NAME``, ``OTEL_SERVICE_NAME`` or a ``service.name`` in the
+resource attributes says otherwise. When the program has ended, ``report.html`` is written
+next to its ``timers.json`` (as ``otel-rl report --html`` would).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from otel_rl._internal.config import SPAN_POLICIES
-from otel_rl._internal.errors import UnavailableError, UsageError, UserError
+from otel_rl._internal.errors import UnavailableError, UsageError, UserError, one_line
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
 
 _USAGE = "usage: otel-rl run [options] -- COMMAND [ARGS...]"
@@ -89,6 +95,70 @@ def command_line(command: list[str], env: dict[str, str]) -> list[str]:
     return command
 
 
+def program_name(argv: list[str]) -> str:
+    """What the program is called: the module of ``python -m``, a script's name without
+    ``.py``, else the command's name."""
+    name = os.path.basename(argv[0])
+    if name.startswith("python") and len(argv) > 1:
+        args = iter(argv[1:])
+        for arg in args:
+            if arg == "-m" or (arg.startswith("-m") and len(arg) > 2):
+                return arg[2:] if len(arg) > 2 else next(args, name)
+            if arg == "-c":
+                return name
+            if arg in ("-W", "-X", "-Q"):
+                next(args, None)  # the option's value
+            elif not arg.startswith("-"):
+                name = os.path.basename(arg)
+                break
+    return name[:-3] if name.endswith(".py") and len(name) > 3 else name
+
+
+def _service_named(env: dict[str, str]) -> bool:
+    if env.get("OTEL_RL_SERVICE_NAME", "").strip() or env.get("OTEL_SERVICE_NAME", "").strip():
+        return True
+    resource = env.get("OTEL_RL_RESOURCE_ATTRIBUTES", "") + "," + env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    return any(item.split("=", 1)[0].strip() == "service.name" for item in resource.split(","))
+
+
+def output_dir(env: dict[str, str]) -> str | None:
+    """The folder the run writes its files to, as its main process will choose it."""
+    if env.get("OTEL_RL_OUTPUT_DIR", "").strip():
+        return os.path.abspath(env["OTEL_RL_OUTPUT_DIR"])
+    if any(env.get(name, "").strip() for name in (
+            "OTEL_RL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")):
+        return None  # exported to a collector; no files unless an output folder is given
+    return os.path.abspath(os.path.join("otel-rl-runs", env["OTEL_RL_RUN_ID"]))
+
+
+def write_report(folder: str) -> str | None:
+    """Write ``report.html`` from the run's timers.json (and spans file, for the timeline)."""
+    from pathlib import Path
+
+    from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+    from otel_rl._internal.runtime import SPANS_FILE, TIMERS_FILE
+    from otel_rl._internal.tree import Tree
+    from otel_rl.renderers import html
+
+    timers = Path(folder) / TIMERS_FILE
+    if not timers.exists():
+        return None
+    tree = Tree.from_json(timers.read_text(encoding="utf-8"))
+    spans_path = Path(folder) / SPANS_FILE
+    spans = read_otlp_json_file(spans_path) if spans_path.exists() else None
+    title = f"otel-rl run: {tree.metadata.get('command_line_arguments', '') or folder}"
+    report = Path(folder) / REPORT_FILE
+    tmp = report.with_name(f".{report.name}.{os.getpid()}.tmp")
+    tmp.write_text(html.render(tree, spans, title=title), encoding="utf-8")
+    os.replace(tmp, report)
+    return str(report)
+
+
+REPORT_FILE = "report.html"
+
+
 def _in_foreground_group() -> bool:
     """Whether a terminal's signals reach our process group (and so the program's too)."""
     for fd in (0, 1, 2):
@@ -145,6 +215,14 @@ class _Forwarder:
 def run(args: argparse.Namespace) -> int:
     env = child_environment(args, dict(os.environ))
     argv = command_line(list(args.command), env)
+    if not _service_named(env):
+        env["OTEL_RL_SERVICE_NAME"] = program_name(argv)
+    if not env.get("OTEL_RL_RUN_ID", "").strip():
+        # Chosen here, so that the default output folder (otel-rl-runs/<run id>) is known.
+        from otel_rl._internal.config import new_run_id
+
+        env["OTEL_RL_RUN_ID"] = new_run_id()
+    folder = output_dir(env)
     forwarder = _Forwarder()
     forwarder.install()
     try:
@@ -156,4 +234,12 @@ def run(args: argparse.Namespace) -> int:
         returncode = proc.wait()
     finally:
         forwarder.restore()
+    if folder is not None:
+        try:
+            written = write_report(folder)
+        except Exception as exc:  # the program's result stands; the report is extra
+            print(f"otel-rl run: no report.html ({one_line(exc)})", file=sys.stderr)
+        else:
+            if written:
+                print(f"otel-rl run: wrote {written}", file=sys.stderr)
     return returncode if returncode >= 0 else 128 - returncode

@@ -84,6 +84,11 @@ def _configure(is_main: bool) -> None:
     # Not the main process: join the trace a parent handed down, or leave otel_rl off (a
     # multiprocessing worker is started by otel_rl's worker bootstrap once unpickled).
     if is_main or any(otel_rl.context_from_env().values()):
+        from otel_rl._internal import recorder
+
+        # sys.argv is not final yet (``-m module`` still reads "-m"): timers record the
+        # program's real command line once it is.
+        recorder.startup_argv = " ".join(sys.argv)
         otel_rl.configure()
 
 
