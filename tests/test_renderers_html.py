@@ -431,3 +431,106 @@ def test_clicking_a_hotspot_zooms_the_icicle_to_its_parent(open_report: Callable
     driver.execute_script("arguments[0].click()", rows[0])
     icicle = driver.find_element(By.ID, "icicle")
     assert icicle.get_attribute("data-zoom") == '["env_step","rollout_step"]'
+
+
+def _scale_tree() -> Tree:
+    """The shapes issue 12 found drawn wrong: a 98 % serial block beside a parallel branch that
+    outgrows its free width, 1.16 s of worker time under a 0.47 %-wide setup block, and a
+    parallel child worth 43.65x its parent."""
+    return Tree.from_dict(
+        {
+            "name": "root",
+            "total": 100.0,
+            "count": 1,
+            "children": {
+                "setup": {
+                    "total": 0.47,
+                    "count": 1,
+                    "children": {"env_worker": {"total": 1.16, "count": 4, "is_parallel": True}},
+                },
+                "TrainerController.advance": {
+                    "total": 98.0,
+                    "count": 500,
+                    "children": {
+                        "env_step": {
+                            "total": 1.0,
+                            "count": 500,
+                            "children": {
+                                "worker_step": {
+                                    "total": 43.65,
+                                    "count": 2000,
+                                    "is_parallel": True,
+                                }
+                            },
+                        },
+                        "update": {"total": 90.0, "count": 10},
+                    },
+                },
+                "env workers": {"total": 40.0, "count": 4, "is_parallel": True},
+            },
+        }
+    )
+
+
+def _settled_nodes(driver: Any) -> dict[str, dict[str, Any]]:
+    """The icicle's nodes by path, read once their width transition has finished."""
+    previous: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 5
+    while True:
+        nodes = [n for n in _icicle_nodes(driver) if n["shown"]]
+        if nodes == previous or time.monotonic() > deadline:
+            return {n["path"]: n for n in nodes}
+        previous = nodes
+        time.sleep(0.3)
+
+
+@pytest.mark.chromium
+def test_icicle_draws_one_time_scale_with_parallel_time_fitted_and_marked(
+    open_report: Callable[..., Any],
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    tree = _scale_tree()
+    driver = open_report(tree)
+    full = driver.find_element(By.ID, "icicle").rect["width"]
+    nodes = _settled_nodes(driver)
+    advance = nodes[_json_path(("TrainerController.advance",))]
+    assert advance["width"] / full == pytest.approx(0.98, abs=0.005)  # not squeezed by a sibling
+    update = nodes[_json_path(("TrainerController.advance", "update"))]
+    assert update["width"] / full == pytest.approx(0.90, abs=0.005)
+    # No block is wider than its parent, nor its children together.
+    for path, node in [((), tree.root), *tree.root.walk()]:
+        shown = nodes[_json_path(path)]
+        kids = [nodes[_json_path((*path, name))]["width"] for name in node.children]
+        assert sum(kids) <= shown["width"] + 1.5 * len(kids), path
+    # Parallel time that needs more width than is free is drawn smaller, and says at what scale.
+    workers = driver.find_element(By.CSS_SELECTOR, f"#icicle div.node[data-path='{_json_path(('env workers',))}']")
+    assert "scaled" in workers.get_attribute("class").split()
+    assert float(workers.get_attribute("data-scale")) == pytest.approx(1.53 / 40, rel=0.01)
+    root = driver.find_element(By.CSS_SELECTOR, "#icicle div.node[data-path='[]']")
+    assert "squeezes" in root.get_attribute("class").split()
+    # ... and the worker time hidden in the tiny setup block is named under the icicle.
+    notes = driver.find_element(By.ID, "icicle-notes")
+    assert "setup holds 1.160 s" in notes.text and "env workers" not in notes.text
+    link = next(b for b in notes.find_elements(By.TAG_NAME, "button") if "setup" in b.text)
+    link.click()
+    zoomed = _settled_nodes(driver)
+    env_worker = zoomed[_json_path(("setup", "env_worker"))]
+    assert env_worker["width"] / full > 0.95  # zoomed in, the worker time fills the block
+
+
+@pytest.mark.chromium
+def test_a_tree_5000_levels_deep_renders_in_chromium(open_report: Callable[..., Any]) -> None:
+    data: dict[str, Any] = {"name": "root", "total": 10.0, "count": 1}
+    node = data
+    for depth in range(5000):
+        child = {"total": 10.0 - depth * 1e-3, "count": 1}
+        node["children"] = {f"level{depth}": child}
+        node = child
+    driver = open_report(Tree.from_dict(data))  # no console error while it lays out
+    count = driver.execute_script("return document.querySelectorAll('#icicle div.node').length")
+    assert count == 5001
+    deepest = driver.execute_script(
+        "return document.querySelector('#icicle div.node[data-depth=\"5000\"]').dataset.name"
+    )
+    assert deepest == "level4999"

@@ -151,15 +151,17 @@ def test_parallel_branches_are_marked_and_explained() -> None:
     assert "∥ thread_root" in text
     assert "∥ update_policy" in text
     assert "∥ communicator.exchange" not in text
-    assert "its time can exceed its parent's" in text
+    assert "its % parent is a multiple of the parent's time" in text
     ascii_text = treeview.render(_mlagents_tree(), ascii_only=True)
     assert "|| thread_root" in ascii_text
     assert ascii_text.isascii()
 
 
-def test_share_of_parent_can_exceed_100_percent_for_parallel_branch() -> None:
+def test_parallel_branch_share_is_a_multiple_of_its_parent_never_a_percentage_past_100() -> None:
     text = treeview.render(Tree.from_dict(_tree_dict()))
-    assert _row(text, "worker_step")[-1] == "300.0%"
+    assert _row(text, "worker_step")[-1] == "3.00×"
+    assert not re.search(r"\d{4}\.\d%", text)
+    assert _row(treeview.render(Tree.from_dict(_tree_dict()), ascii_only=True), "worker_step")[-1] == "3.00x"
 
 
 def test_gauges_and_metadata_are_summarised_at_the_end() -> None:

@@ -83,35 +83,67 @@ class TreeNode:
         ML-Agents' ``TimerNode.merge``: ``is_parallel`` is OR-ed into this node and every
         node merged below it.
         """
-        self.total += other.total
-        self.count += other.count
-        self.gpu_total += other.gpu_total
-        self.gpu_count += other.gpu_count
-        self.is_parallel |= is_parallel
-        for name, other_child in other.children.items():
-            self.child(name).merge(other_child, is_parallel=is_parallel)
+        # An explicit stack, here and in the other whole-subtree methods: trees can be
+        # thousands of levels deep (recursive code), deeper than Python's recursion limit.
+        todo = [(self, other)]
+        while todo:
+            mine, theirs = todo.pop()
+            mine.total += theirs.total
+            mine.count += theirs.count
+            mine.gpu_total += theirs.gpu_total
+            mine.gpu_count += theirs.gpu_count
+            mine.is_parallel |= is_parallel
+            todo.extend((mine.child(name), child) for name, child in theirs.children.items())
 
     def walk(self, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], TreeNode]]:
         """Yield ``(path, node)`` for every node below this one, depth first, in order."""
-        for name, child in self.children.items():
-            child_path = (*path, name)
-            yield child_path, child
-            yield from child.walk(child_path)
+        stack = [(path, iter(self.children.items()))]
+        while stack:
+            parent_path, children = stack[-1]
+            for name, child in children:
+                child_path = (*parent_path, name)
+                yield child_path, child
+                stack.append((child_path, iter(child.children.items())))
+                break
+            else:
+                stack.pop()
 
     def copy(self) -> TreeNode:
         """A deep copy."""
+        top = self._copy_own()
+        todo = [(self, top)]
+        while todo:
+            source, target = todo.pop()
+            for name, child in source.children.items():
+                copied = target.children[name] = child._copy_own()
+                todo.append((child, copied))
+        return top
+
+    def _copy_own(self) -> TreeNode:
         return TreeNode(
             self.name,
             self.total,
             self.count,
             self.is_parallel,
-            {name: child.copy() for name, child in self.children.items()},
+            None,
             self.gpu_total,
             self.gpu_count,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """This node in ML-Agents' schema (no ``name``: the name is the key in the parent)."""
+        top = self._own_dict()
+        todo = [(self, top)]
+        while todo:
+            node, out = todo.pop()
+            if node.children:
+                children = out["children"] = {}
+                for name, child in node.children.items():
+                    child_dict = children[name] = child._own_dict()
+                    todo.append((child, child_dict))
+        return top
+
+    def _own_dict(self) -> dict[str, Any]:
         res: dict[str, Any] = {"total": self.total, "count": self.count}
         if self.is_parallel:
             res["is_parallel"] = True
@@ -119,22 +151,26 @@ class TreeNode:
         if self.gpu_count:
             res["gpu_total"] = self.gpu_total
             res["gpu_count"] = self.gpu_count
-        if self.children:
-            res["children"] = {name: child.to_dict() for name, child in self.children.items()}
         return res
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TreeNode):
             return NotImplemented
-        return (
-            self.name == other.name
-            and self.total == other.total
-            and self.count == other.count
-            and self.is_parallel == other.is_parallel
-            and self.gpu_total == other.gpu_total
-            and self.gpu_count == other.gpu_count
-            and self.children == other.children
-        )
+        todo = [(self, other)]
+        while todo:
+            a, b = todo.pop()
+            if (
+                a.name != b.name
+                or a.total != b.total
+                or a.count != b.count
+                or a.is_parallel != b.is_parallel
+                or a.gpu_total != b.gpu_total
+                or a.gpu_count != b.gpu_count
+                or a.children.keys() != b.children.keys()
+            ):
+                return False
+            todo.extend((child, b.children[name]) for name, child in a.children.items())
+        return True
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -276,8 +312,10 @@ class Tree:
         return res
 
     def to_json(self, indent: int | None = 2) -> str:
-        """`to_dict` as JSON text (the ``timers.json`` file's content)."""
-        return json.dumps(self.to_dict(), indent=indent)
+        """`to_dict` as strict JSON text (the ``timers.json`` file's content)."""
+        from otel_rl._internal.jsonout import dumps
+
+        return dumps(self.to_dict(), indent=indent)
 
     @classmethod
     def from_dict(cls, data: Any) -> Tree:
@@ -308,11 +346,20 @@ class Tree:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Tree:
-        """Read ``timers.json`` text; malformed JSON or schema is a `UserError`."""
+        """Read ``timers.json`` text; malformed JSON or schema is a `UserError`.
+
+        The text goes through the input boundary (strict, deep-safe JSON; see
+        ``readers.boundary``).
+        """
+        from otel_rl._internal.readers.boundary import decode_text, parse_json
+
+        if isinstance(text, bytes):
+            text = decode_text(text, "not a timers.json")
         try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise UserError(f"not a timers.json: invalid JSON ({one_line(exc)})") from None
+            data = parse_json(text, "timers.json")
+        except UserError as exc:
+            reason = str(exc).partition(": ")[2]
+            raise UserError(f"not a timers.json: {one_line(reason)}") from None
         return cls.from_dict(data)
 
 
@@ -341,7 +388,41 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+#: Where a node is in a document: (the parent's location, "children" key) or a plain string.
+_Where = tuple[Any, str] | str
+
+
+def _where_text(where: _Where) -> str:
+    """A node's location for a message: ``root.children.a.children.b``, elided when deep."""
+    names: list[str] = []
+    while isinstance(where, tuple):
+        where, name = where
+        names.append(name)
+    names.reverse()
+    if len(names) > 6:
+        names = [*names[:2], f"…({len(names) - 4:,} levels)…", *names[-2:]]
+    shown = [n if len(n) <= 30 else n[:29] + "…" for n in names]
+    return where + "".join(f".children.{n}" for n in shown)
+
+
 def _node_from_dict(data: Any, name: str, where: str) -> TreeNode:
+    """The node (and everything below it) that `data` describes, read with an explicit
+    stack: a timers.json can nest thousands of levels."""
+    top, children_data = _node_fields(data, name, where)
+    todo: list[tuple[TreeNode, dict[str, Any], _Where]] = [(top, children_data, where)]
+    while todo:
+        node, children_data, location = todo.pop()
+        for child_name, child_data in children_data.items():
+            child_where = (location, child_name)
+            child, grandchildren = _node_fields(child_data, child_name, child_where)
+            node.children[child_name] = child
+            todo.append((child, grandchildren, child_where))
+    return top
+
+
+def _node_fields(data: Any, name: str, location: _Where) -> tuple[TreeNode, dict[str, Any]]:
+    """One node's own fields (children not yet read), and its children's data."""
+    where = _where_text(location)
     if not isinstance(data, dict):
         raise UserError(f"{where}: expected an object, got {_type_name(data)}")
     total: Any = data.get("total")
@@ -368,11 +449,7 @@ def _node_from_dict(data: Any, name: str, where: str) -> TreeNode:
         raise UserError(f"{where}: 'gpu_count' must be a non-negative integer")
     # "self" is derived; it is recomputed, not trusted.
     node = TreeNode(name, float(total), count, is_parallel, None, float(gpu_total), gpu_count)
-    for child_name, child_data in children_data.items():
-        node.children[child_name] = _node_from_dict(
-            child_data, child_name, f"{where}.children.{child_name}"
-        )
-    return node
+    return node, children_data
 
 
 def _gauges_from_dict(data: Any) -> dict[str, Gauge]:

@@ -93,10 +93,9 @@ def _union(nodes: list[TreeNode]) -> TreeNode:
     return union
 
 
-def _walk(node: TreeNode, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, child in node.children.items():
-        yield (*path, name)
-        yield from _walk(child, (*path, name))
+def _walk(node: TreeNode) -> Iterator[tuple[str, ...]]:
+    for path, _child in node.walk():
+        yield path
 
 
 def _find(node: TreeNode, path: tuple[str, ...]) -> TreeNode | None:

@@ -70,10 +70,9 @@ def _relative(before: float, after: float) -> float:
     return math.inf if after > 0 else 0.0
 
 
-def _paths(node: TreeNode, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], TreeNode]:
-    found = {path: node}
-    for name, child in node.children.items():
-        found.update(_paths(child, (*path, name)))
+def _paths(node: TreeNode) -> dict[tuple[str, ...], TreeNode]:
+    found: dict[tuple[str, ...], TreeNode] = {(): node}
+    found.update(node.walk())
     return found
 
 

@@ -21,6 +21,7 @@ from importlib import resources
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.jsonout import dumps
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree, TreeNode
 from otel_rl.renderers import crossworker
@@ -47,6 +48,22 @@ def _finite(value: float) -> float | None:
 
 
 def _node_data(node: TreeNode) -> dict[str, Any]:
+    """`node` and its subtree for the page's script (built with an explicit stack: trees can
+    be thousands of levels deep)."""
+    top = _own_node_data(node)
+    todo = [(node, top)]
+    while todo:
+        source, data = todo.pop()
+        if source.children:
+            kids = data["k"] = []
+            for child in source.children.values():
+                child_data = _own_node_data(child)
+                kids.append(child_data)
+                todo.append((child, child_data))
+    return top
+
+
+def _own_node_data(node: TreeNode) -> dict[str, Any]:
     data: dict[str, Any] = {
         "n": node.name,
         "t": _finite(node.total),
@@ -57,8 +74,6 @@ def _node_data(node: TreeNode) -> dict[str, Any]:
         data["p"] = 1
     if node.gpu_count:
         data["g"] = _finite(node.gpu_total)
-    if node.children:
-        data["k"] = [_node_data(child) for child in node.children.values()]
     return data
 
 
@@ -207,7 +222,7 @@ def _window_end(ordered: Sequence[SpanData], cap: int, t0: int, rows: list[list[
 
 
 def _json_script(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = dumps(data, ensure_ascii=False, separators=(",", ":"))
     # Inside <script> only "</" could end the block; escaping every <, > and & also keeps
     # "<!--" and entity-like text inert.
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
@@ -247,16 +262,25 @@ def _path_key(path: Sequence[str]) -> str:
     return json.dumps(list(path), ensure_ascii=False, separators=(",", ":"))
 
 
+def _crumbs(path: Sequence[str]) -> str:
+    parents = list(path[:-1])
+    if len(parents) > 8:  # a deep tree: the first and last few levels
+        parents = [*parents[:3], f"… {len(parents) - 6:,} levels …", *parents[-3:]]
+    return " &rsaquo; ".join(_esc(p) for p in parents)
+
+
 def _hotspots_html(tree: Tree) -> str:
-    nodes = sorted(tree.root.walk(), key=lambda item: -item[1].self_time)[:_TOP_SELF_ROWS]
+    everything = list(tree.root.walk())
+    nodes = sorted(everything, key=lambda item: -item[1].self_time)[:_TOP_SELF_ROWS]
     root_total = tree.root.total
     rows = []
     for path, node in nodes:
         share = f"{100 * node.self_time / root_total:.1f}%" if root_total > 0 else "-"
-        crumbs = " &rsaquo; ".join(_esc(p) for p in path[:-1])
+        crumbs = _crumbs(path)
+        mark = '<span class="par" title="parallel branch">&#8741;</span> ' if node.is_parallel else ""
         rows.append(
             [
-                f'<span class="name hot" data-path="{_esc(_path_key(path))}">'
+                f'{mark}<span class="name hot" data-path="{_esc(_path_key(path))}">'
                 f"{_esc(path[-1])}</span>"
                 + (f'<div class="crumbs">{crumbs}</div>' if crumbs else ""),
                 _esc(format_seconds(node.self_time)),
@@ -267,7 +291,18 @@ def _hotspots_html(tree: Tree) -> str:
         )
     if not rows:
         return '<p class="empty">The tree has no timed blocks.</p>'
-    return _table("hotspots", ["block", "self", "% of run", "total", "count"], rows)
+    table = _table("hotspots", ["block", "self", "% of run", "total", "count"], rows)
+    # Self times of parallel blocks ran beside the main process: over all blocks they can add
+    # up to more than the run. Say so rather than let the column look wrong.
+    summed = tree.root.self_time + sum(node.self_time for _, node in everything)
+    if root_total > 0 and summed > root_total * 1.0005:
+        table += (
+            f'<p id="hotspots-note" class="hint">Over all blocks, "% of run" adds up to '
+            f"{100 * summed / root_total:,.0f}%, past 100%: parallel blocks (&#8741;) ran beside "
+            "the main process, in other threads or processes, and their time is summed over "
+            "them.</p>"
+        )
+    return table
 
 
 def _gpu_html(tree: Tree) -> str:
@@ -429,7 +464,8 @@ _TEMPLATE = """<!DOCTYPE html>
   </div>
   <div id="breadcrumb" class="crumbs"></div>
   <div id="icicle" data-mode="total" data-zoom="[]"></div>
-  <div class="legend"><span class="swatch parallel-swatch"></span> parallel branch (another thread or process; may exceed its parent) · width = total time<span id="legend-mode"></span> · click a block to zoom in, an ancestor to zoom out</div>
+  <div id="icicle-notes"></div>
+  <div class="legend">width = total time, one scale: a block's share of its parent's width is its share of its parent's time · <span class="swatch parallel-swatch"></span> parallel branch (other threads or processes, summed): fills the width its serial siblings leave, drawn smaller (dashed) when its time needs more<span id="legend-mode"></span> · click a block to zoom in, an ancestor to zoom out</div>
 </section>
 <section class="card" id="hotspots-section"><h2>Where the time goes <span class="sub">blocks by self time</span></h2>{hotspots}</section>
 {gpu}

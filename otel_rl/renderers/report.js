@@ -58,18 +58,47 @@
   // ---------------------------------------------------------------- icicle
   var icicle = document.getElementById("icicle");
   var nodes = [];
-  var byPath = {};
   var maxDepth = 0;
-  function index(raw, parent, depth, path) {
+  // Paths are kept as parent links, not arrays: a tree thousands of levels deep would make
+  // per-node path copies quadratic. Loops, not recursion, for the same reason.
+  var MAX_PATH_ATTR_DEPTH = 64;
+  function makeNode(raw, parent) {
     var node = { name: raw.n, total: raw.t || 0, self: raw.s || 0, count: raw.c, parallel: !!raw.p,
-                 gpu: raw.g, parent: parent, depth: depth, path: path, children: [] };
-    node.key = JSON.stringify(path);
-    nodes.push(node); byPath[node.key] = node;
-    maxDepth = Math.max(maxDepth, depth);
-    (raw.k || []).forEach(function (c) { node.children.push(index(c, node, depth + 1, path.concat([c.n]))); });
+                 gpu: raw.g, parent: parent, depth: parent ? parent.depth + 1 : 0, children: [],
+                 scale: 1, squeezed: 0 };
+    nodes.push(node);
+    maxDepth = Math.max(maxDepth, node.depth);
     return node;
   }
-  var root = index(data.tree, null, 0, []);
+  function index(rawRoot) {
+    var top = makeNode(rawRoot, null);
+    var todo = [[rawRoot, top]];
+    while (todo.length) {
+      var item = todo.pop();
+      (item[0].k || []).forEach(function (c) {
+        var child = makeNode(c, item[1]);
+        item[1].children.push(child);
+        todo.push([c, child]);
+      });
+    }
+    return top;
+  }
+  function namesOf(node) {
+    var names = [];
+    for (var n = node; n && n.parent; n = n.parent) names.push(n.name);
+    return names.reverse();
+  }
+  function keyOf(node) { return JSON.stringify(namesOf(node)); }
+  function findByKey(key) {
+    var names;
+    try { names = JSON.parse(key); } catch (err) { return null; }
+    var node = root;
+    for (var i = 0; node && i < names.length; i++) {
+      node = node.children.filter(function (c) { return c.name === names[i]; })[0];
+    }
+    return node || null;
+  }
+  var root = index(data.tree);
   var zoom = root, mode = "total", query = "";
   var ROW = 24;
   icicle.style.height = (maxDepth + 1) * ROW + "px";
@@ -77,7 +106,7 @@
   nodes.forEach(function (node) {
     var e = el("div", "node" + (node.parallel ? " parallel" : ""));
     e.setAttribute("data-name", node.name);
-    e.setAttribute("data-path", node.key);
+    if (node.depth <= MAX_PATH_ATTR_DEPTH) e.setAttribute("data-path", keyOf(node));
     e.setAttribute("data-total", String(node.total));
     e.setAttribute("data-self", String(node.self));
     e.setAttribute("data-count", String(node.count));
@@ -104,45 +133,107 @@
     var rows = [["total", fmtS(node.total)], ["self", fmtS(node.self)], ["count", fmtN(node.count)],
                 ["mean", node.count ? fmtS(node.total / node.count) : "–"]];
     if (node.gpu !== undefined) rows.splice(1, 0, ["gpu", fmtS(node.gpu)]);
-    if (node.parent) rows.push(["% of parent", pct(node.total, node.parent.total)]);
-    rows.push(["% of run", pct(node.total, root.total)]);
-    var where = node.path.length > 1 ? node.path.slice(0, -1).join(" › ") : "";
-    showTip(ev, node.name, where, rows,
-            node.parallel ? "∥ parallel branch: ran in another thread or process" : "");
-  }
-
-  function place(node, x, w, width, maxSelf) {
-    var e = node.el;
-    e.classList.remove("hidden", "zoom-ancestor");
-    e.style.left = (x * 100) + "%";
-    e.style.width = "calc(" + (w * 100) + "% - 1px)";
-    e.classList.toggle("narrow", w * width < 36);
-    node.val.textContent = fmtS(mode === "self" ? node.self : node.total);
-    if (mode === "self") {
-      // Heat: the more self time, the hotter; what is left is time spent in children.
-      var f = maxSelf > 0 ? Math.sqrt(node.self / maxSelf) : 0;
-      e.style.backgroundColor = "hsl(" + (44 - 40 * f) + ", " + (30 + 60 * f) + "%, " + (92 - 32 * f) + "%)";
-      e.classList.toggle("hot", f > 0.75);
-    } else {
-      e.style.backgroundColor = "hsl(" + hue(node.name) + ", 58%, 80%)";
-      e.classList.remove("hot");
+    if (node.parent) {
+      rows.push(node.parallel ? ["× parent", times(node.total, node.parent.total)]
+                              : ["% of parent", pct(node.total, node.parent.total)]);
     }
-    var sum = 0;
-    node.children.forEach(function (c) { sum += c.total; });
-    // Parallel children can add up to more than their parent: then they share its width.
-    var scale = Math.max(sum, node.total) || 1;
-    var cx = x;
-    node.children.forEach(function (c) {
-      var cw = w * c.total / scale;
-      place(c, cx, cw, width, maxSelf);
-      cx += cw;
-    });
+    rows.push(node.parallel ? ["× run", times(node.total, root.total)]
+                            : ["% of run", pct(node.total, root.total)]);
+    var names = namesOf(node).slice(0, -1);
+    if (names.length > 8) names = names.slice(0, 3).concat(["… " + (names.length - 6) + " levels …"], names.slice(-3));
+    var notes = [];
+    if (node.parallel) notes.push("∥ parallel branch: ran in other threads or processes, summed");
+    if (node.scale < 0.999) notes.push("drawn at " + pctScale(node.scale) + " of the time scale: it needs more width than its parent has free");
+    if (node.squeezed > 0) notes.push("holds " + fmtS(node.squeezed) + " of parallel time drawn smaller than scale: click to zoom in");
+    showTip(ev, node.name, names.join(" › "), rows, notes.join(" · "));
+  }
+  function times(part, whole) { return whole > 0 ? (part / whole).toFixed(2) + "×" : "–"; }
+  function pctScale(f) { return f >= 0.01 ? (100 * f).toFixed(0) + "%" : (100 * f).toPrecision(2) + "%"; }
+
+  // One time scale for the whole icicle: a block's width is its time. A serial child gets its
+  // share of its parent's width (its share of the parent's time). Parallel children ran beside
+  // their parent (other threads or processes, summed), so together they can be many times its
+  // time: they take the width their serial siblings leave free, at the same scale when it fits,
+  // shrunk to fit (and marked, with the scale they are drawn at) when not. No block is ever
+  // wider than its parent's share; the parent of shrunk parallel time is marked too.
+  function place(top, x0, w0, width, maxSelf) {
+    var todo = [[top, x0, w0, 1]];
+    while (todo.length) {
+      var item = todo.pop();
+      var node = item[0], x = item[1], w = item[2], scale = item[3];
+      var e = node.el;
+      e.classList.remove("hidden", "zoom-ancestor");
+      e.style.left = (x * 100) + "%";
+      e.style.width = "calc(" + (w * 100) + "% - 1px)";
+      e.classList.toggle("narrow", w * width < 36);
+      node.val.textContent = fmtS(mode === "self" ? node.self : node.total);
+      if (mode === "self") {
+        // Heat: the more self time, the hotter; what is left is time spent in children.
+        var f = maxSelf > 0 ? Math.sqrt(node.self / maxSelf) : 0;
+        e.style.backgroundColor = "hsl(" + (44 - 40 * f) + ", " + (30 + 60 * f) + "%, " + (92 - 32 * f) + "%)";
+        e.classList.toggle("hot", f > 0.75);
+      } else {
+        e.style.backgroundColor = "hsl(" + hue(node.name) + ", 58%, 80%)";
+        e.classList.remove("hot");
+      }
+      node.scale = scale;
+      e.setAttribute("data-scale", String(scale));
+      e.classList.toggle("scaled", scale < 0.999);
+      var serialSum = 0, parallelSum = 0;
+      node.children.forEach(function (c) { if (c.parallel) parallelSum += c.total; else serialSum += c.total; });
+      var base = node.total > 0 ? node.total : (serialSum + parallelSum) || 1;
+      // Serial children never add up to more than their parent (unless clocks disagree).
+      var serialFit = serialSum > base ? base / serialSum : 1;
+      var cx = x;
+      node.children.forEach(function (c) {
+        if (c.parallel) return;
+        var cw = w * c.total / base * serialFit;
+        todo.push([c, cx, cw, scale * serialFit]);
+        cx += cw;
+      });
+      var free = Math.max(0, x + w - cx);
+      var wanted = w * parallelSum / base;
+      var parallelFit = wanted > free ? free / wanted : 1;
+      node.children.forEach(function (c) {
+        if (!c.parallel) return;
+        var cw = w * c.total / base * parallelFit;
+        todo.push([c, cx, cw, scale * parallelFit]);
+        cx += cw;
+      });
+      node.squeezed = parallelFit < 0.999 && parallelSum > 0 ? parallelSum : 0;
+      e.classList.toggle("squeezes", node.squeezed > 0);
+      e.setAttribute("data-squeezed", String(node.squeezed));
+    }
   }
 
-  function subtreeMaxSelf(node) {
-    var m = node.self;
-    node.children.forEach(function (c) { m = Math.max(m, subtreeMaxSelf(c)); });
+  function subtreeMaxSelf(top) {
+    var m = 0, todo = [top];
+    while (todo.length) {
+      var node = todo.pop();
+      m = Math.max(m, node.self);
+      Array.prototype.push.apply(todo, node.children);
+    }
     return m;
+  }
+
+  function squeezeNotes() {
+    // Where parallel time is drawn smaller than the time scale: say so, biggest first, with a
+    // link that zooms in (a block's own zoom gives its parallel time the full width).
+    var box = document.getElementById("icicle-notes");
+    box.textContent = "";
+    var found = [];
+    nodes.forEach(function (n) { if (n.squeezed > 0 && !n.el.classList.contains("hidden") && !n.el.classList.contains("zoom-ancestor")) found.push(n); });
+    if (!found.length) return;
+    found.sort(function (a, b) { return b.squeezed - a.squeezed; });
+    box.appendChild(el("span", "", "∥ Parallel time drawn smaller than the time scale (it ran beside its parent, summed over threads/processes): "));
+    found.slice(0, 5).forEach(function (n, i) {
+      if (i) box.appendChild(el("span", "", " · "));
+      var b = el("button", "squeeze-link", n.name + " holds " + fmtS(n.squeezed));
+      b.type = "button";
+      b.addEventListener("click", function () { setZoom(n); });
+      box.appendChild(b);
+    });
+    if (found.length > 5) box.appendChild(el("span", "", " · and " + (found.length - 5) + " more"));
   }
 
   function layout() {
@@ -152,7 +243,8 @@
       place1(a, width);
     }
     place(zoom, 0, 1, width, subtreeMaxSelf(zoom));
-    icicle.setAttribute("data-zoom", zoom.key);
+    icicle.setAttribute("data-zoom", keyOf(zoom));
+    squeezeNotes();
     icicle.setAttribute("data-mode", mode);
     document.getElementById("zoom-reset").disabled = zoom === root;
     breadcrumb();
@@ -172,10 +264,16 @@
     var bc = document.getElementById("breadcrumb");
     bc.textContent = "";
     var chain = [];
-    for (var n = zoom; n; n = n.parent) chain.unshift(n);
+    for (var n = zoom; n; n = n.parent) chain.push(n);
+    chain.reverse();
     if (chain.length === 1) { bc.textContent = "Showing the whole run."; return; }
+    if (chain.length > 12) {  // a deep zoom: the first and last few levels
+      var skipped = chain.length - 9;
+      chain = chain.slice(0, 3).concat([null], chain.slice(-6));
+    }
     chain.forEach(function (n, i) {
       if (i) bc.appendChild(el("span", "sep", "›"));
+      if (n === null) { bc.appendChild(el("span", "sep", "… " + skipped + " levels …")); return; }
       var b = el("button", "", n.name);
       b.type = "button";
       b.addEventListener("click", function () { setZoom(n); });
@@ -207,7 +305,7 @@
   });
   Array.prototype.forEach.call(document.querySelectorAll("#hotspots .hot"), function (e) {
     e.addEventListener("click", function () {
-      var node = byPath[e.getAttribute("data-path")];
+      var node = findByKey(e.getAttribute("data-path"));
       if (!node) return;
       setZoom(node.parent || node);
       document.getElementById("tree-section").scrollIntoView({ behavior: "smooth" });

@@ -2,8 +2,11 @@
 
 Sample Factory prints one indented line per block; ML-Agents' ``timers.json`` carries total,
 count, self and ``is_parallel``. This view does both: one line per node with its total, self
-time, count, mean per run and share of its parent, a mark on parallel branches (whose time may
-exceed their parent's, since they ran alongside it), then the gauges and metadata. When any
+time, count, mean per run and share of its parent, a mark on parallel branches, then the gauges
+and metadata. A parallel branch ran alongside its parent (other threads or processes, summed),
+so its time is not a share of the parent's: its "% parent" column shows it as a multiple of the
+parent's time instead, never as a percentage past 100. Trees deeper than
+`MAX_DRAWN_DEPTH` levels are drawn with the indentation cut and the depth written out. When any
 block was timed on the GPU too, a ``gpu`` column beside ``total`` shows its GPU time.
 
 Example::
@@ -28,6 +31,8 @@ __all__ = [
     "worker_label",
 ]
 
+#: Levels of tree-drawing indentation before it is cut and the depth is written instead.
+MAX_DRAWN_DEPTH = 20
 #: Longest name column before names are shortened with an ellipsis.
 _MAX_NAME_WIDTH = 72
 _MAX_METADATA_VALUE = 160
@@ -86,25 +91,55 @@ def _shorten(text: str, width: int, ellipsis: str) -> str:
     return text if len(text) <= width else text[: max(0, width - len(ellipsis))] + ellipsis
 
 
-def _percent(part: float, whole: float) -> str:
+def _percent(part: float, whole: float, parallel: bool = False, times: str = "×") -> str:
     if whole <= 0:
         return "-"
+    if parallel:
+        # Time beside the parent, not inside it: how many times the parent's time it adds up to.
+        ratio = part / whole
+        return f"<0.01{times}" if 0 < ratio < 0.005 else f"{ratio:,.2f}{times}"
     share = 100.0 * part / whole
     return "<0.1%" if 0 < share < 0.05 else f"{share:.1f}%"
 
 
+def _prefix(segments: list[str], glyphs: _Glyphs) -> str:
+    if len(segments) <= MAX_DRAWN_DEPTH:
+        return "".join(segments)
+    keep = MAX_DRAWN_DEPTH // 2
+    return "".join(segments[:keep]) + f"{glyphs.ellipsis}[depth {len(segments) + 1}] "
+
+
 def _rows(
-    node: TreeNode, glyphs: _Glyphs, prefix: str = "", node_total: float | None = None
+    node: TreeNode, glyphs: _Glyphs, node_total: float | None = None
 ) -> Iterator[tuple[str, TreeNode, float]]:
-    """(tree-drawing prefix + name, node, parent's total) for every node below `node`."""
-    parent_total = node.total if node_total is None else node_total
-    children = list(node.children.values())
-    for i, child in enumerate(children):
+    """(tree-drawing prefix + name, node, parent's total) for every node below `node`, depth
+    first (with an explicit stack: a tree can be thousands of levels deep)."""
+    # Per open level: its children, the next one's index, and their parent's total.
+    stack: list[tuple[list[TreeNode], int, float]] = [
+        (list(node.children.values()), 0, node.total if node_total is None else node_total)
+    ]
+    segments: list[str] = []  # the drawing of each open level's vertical line
+    while stack:
+        children, i, parent_total = stack[-1]
+        if i == len(children):
+            stack.pop()
+            if segments:
+                segments.pop()
+            continue
+        stack[-1] = (children, i + 1, parent_total)
+        child = children[i]
         last = i == len(children) - 1
         mark = glyphs.parallel if child.is_parallel else ""
-        label = prefix + (glyphs.last if last else glyphs.branch) + mark + clean_text(child.name)
+        label = (
+            _prefix(segments, glyphs)
+            + (glyphs.last if last else glyphs.branch)
+            + mark
+            + clean_text(child.name)
+        )
         yield label, child, parent_total
-        yield from _rows(child, glyphs, prefix + (glyphs.blank if last else glyphs.pipe))
+        if child.children:
+            segments.append(glyphs.blank if last else glyphs.pipe)
+            stack.append((list(child.children.values()), 0, child.total))
 
 
 def _node_table(
@@ -122,7 +157,11 @@ def _node_table(
     for label, node, parent_total in rows:
         total = root_total if node is root else node.total
         mean = total / node.count if node.count else 0.0
-        share = "" if parent_total is None else _percent(node.total, parent_total)
+        share = (
+            ""
+            if parent_total is None
+            else _percent(node.total, parent_total, node.is_parallel, "x" if ascii_only else "×")
+        )
         gpu_cell = ""
         if gpu:
             shown = format_seconds(node.gpu_total, ascii_only=ascii_only) if node.gpu_count else "-"
@@ -173,18 +212,24 @@ def _incomplete_lines(tree: Tree) -> list[str]:
 
 
 def _subtract(target: TreeNode, source: TreeNode) -> None:
-    """Take `source`'s children's totals and counts out of `target`'s, recursively."""
-    for name, src in source.children.items():
-        node = target.children.get(name)
-        if node is None:
-            continue
-        _subtract(node, src)
+    """Take `source`'s children's totals and counts out of `target`'s, all the way down."""
+    pairs: list[tuple[TreeNode, TreeNode, TreeNode]] = []  # (parent, node, what to take out)
+    todo = [(target, source)]
+    while todo:
+        into, src_parent = todo.pop()
+        for name, src in src_parent.children.items():
+            node = into.children.get(name)
+            if node is not None:
+                pairs.append((into, node, src))
+                todo.append((node, src))
+    # Deepest first, so a node is removed only once its own children are settled.
+    for parent, node, src in reversed(pairs):
         node.total = max(0.0, node.total - src.total)
         node.count = max(0, node.count - src.count)
         node.gpu_total = max(0.0, node.gpu_total - src.gpu_total)
         node.gpu_count = max(0, node.gpu_count - src.gpu_count)
         if node.count == 0 and not node.children:
-            del target.children[name]
+            del parent.children[node.name]
 
 
 def main_process_root(tree: Tree) -> TreeNode:
@@ -237,8 +282,9 @@ def render(tree: Tree, *, per_process: bool = False, ascii_only: bool = False) -
     if any(node.is_parallel for _, node in tree.root.walk()):
         lines.append("")
         lines.append(
-            f"{glyphs.parallel.strip()} ran in parallel (another thread or process): "
-            "its time can exceed its parent's."
+            f"{glyphs.parallel.strip()} ran in parallel (another thread or process, summed): its "
+            f"% parent is a multiple of the parent's time (2.00{'x' if ascii_only else '×'} = "
+            "twice as long)."
         )
     if gpu:
         lines.append("")

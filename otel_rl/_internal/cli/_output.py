@@ -39,7 +39,7 @@ def check_output_path(path: str | Path, option: str) -> Path:
         raise UsageError(f"{option} {shown}: is {kind}; name a file to write")
     parent = target.parent
     if not parent.is_dir():
-        raise UnavailableError(f"cannot write {shown}: folder {describe_path(parent)} does not exist")
+        raise UnavailableError(f"cannot write {shown}: its folder does not exist")
     return target
 
 

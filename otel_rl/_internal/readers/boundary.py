@@ -83,7 +83,7 @@ MAX_TIME_NS = 2**64 - 1
 # -- files -------------------------------------------------------------------------------
 
 
-def describe_path(path: str | Path, width: int = 80) -> str:
+def describe_path(path: str | Path, width: int = 100) -> str:
     """`path` for a message: printable, and its tail kept when it is long."""
     text = str(path)
     if not text.isprintable():

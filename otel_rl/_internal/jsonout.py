@@ -1,0 +1,104 @@
+"""JSON text out: strict (no NaN/Infinity, which JSON does not have) and deep-safe.
+
+`dumps` is ``json.dumps(..., allow_nan=False)``, byte for byte. The standard encoder recurses
+once per nesting level, so a timers.json tree a few hundred blocks deep would end in a
+`RecursionError`; then an explicit-stack encoder writes the same format instead, except that
+indentation stops growing past `MAX_INDENT_LEVEL` (a tree 5,000 blocks deep would otherwise be
+hundreds of megabytes of spaces).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["MAX_INDENT_LEVEL", "dumps"]
+
+MAX_INDENT_LEVEL = 64
+
+
+def dumps(
+    value: Any,
+    *,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    ensure_ascii: bool = True,
+) -> str:
+    """`value` as strict JSON text, formatted as `json.dumps` formats it.
+
+    Raises `ValueError` for NaN or infinity, as ``json.dumps(allow_nan=False)`` does.
+    """
+    try:
+        return json.dumps(
+            value, indent=indent, separators=separators, ensure_ascii=ensure_ascii, allow_nan=False
+        )
+    except RecursionError:
+        return _dumps_deep(value, indent, separators, ensure_ascii)
+
+
+def _dumps_deep(
+    value: Any, indent: int | None, separators: tuple[str, str] | None, ensure_ascii: bool
+) -> str:
+    if separators is None:
+        separators = (",", ": ") if indent is not None else (", ", ": ")
+    item_sep, key_sep = separators
+    pad = " " * indent if indent is not None else None
+
+    def scalar(item: Any) -> str:
+        return json.dumps(item, ensure_ascii=ensure_ascii, allow_nan=False)
+
+    parts: list[str] = []
+    # (items of an open container, whether it is an object, its level, whether one was written)
+    stack: list[tuple[Iterator[Any], bool, int, list[bool]]] = []
+
+    def write(item: Any, level: int) -> None:
+        if isinstance(item, dict):
+            if not item:
+                parts.append("{}")
+                return
+            parts.append("{")
+            stack.append((iter(item.items()), True, level, [False]))
+        elif isinstance(item, (list, tuple)):
+            if not item:
+                parts.append("[]")
+                return
+            parts.append("[")
+            stack.append((iter(item), False, level, [False]))
+        else:
+            parts.append(scalar(item))
+
+    write(value, 0)
+    while stack:
+        items, is_object, level, started = stack[-1]
+        item: Any = next(items, _END)
+        if item is _END:
+            stack.pop()
+            if pad is not None and level < MAX_INDENT_LEVEL:
+                parts.append("\n" + pad * level)
+            parts.append("}" if is_object else "]")
+            continue
+        if started[0]:
+            parts.append(item_sep)
+        started[0] = True
+        if pad is not None and level < MAX_INDENT_LEVEL:
+            parts.append("\n" + pad * (level + 1))
+        if is_object:
+            key, item = item
+            parts.append(scalar(key if isinstance(key, str) else _key_text(key)) + key_sep)
+        write(item, level + 1)
+    return "".join(parts)
+
+
+def _key_text(key: Any) -> str:
+    # json.dumps turns non-string keys into strings this way.
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    return str(key) if isinstance(key, int) else repr(float(key))
+
+
+_END = object()
