@@ -539,3 +539,23 @@ def test_gpu_time_pending_across_reset_timers_stays_in_the_whole_run_tree(
     assert forward["gpu_total"] == pytest.approx(0.008)
     assert "forward" in get_timer_tree()["children"]  # ML-Agents' view: only since the reset
     assert get_timer_root().children["forward"].count == 1
+
+
+def test_no_events_are_recorded_into_a_cuda_graph_capture(cuda: FakeCuda) -> None:
+    capturing = [True]
+    cuda.is_current_stream_capturing = lambda: capturing[0]  # type: ignore[attr-defined]
+    with hierarchical_timer("captured", gpu=True):
+        cuda.launch(1.0)
+    capturing[0] = False
+    with hierarchical_timer("capture_starts_inside", gpu=True):
+        capturing[0] = True
+    capturing[0] = False
+    assert cuda.recorded == 1  # only the second block's start, before its capture began
+    with hierarchical_timer("after", gpu=True):
+        cuda.launch(1.0)
+    cuda.advance(10.0)
+    wait_until(lambda: gpu.outstanding() == 0)
+    children = get_timer_root().children
+    assert children["captured"].count == 1 and children["captured"].gpu_count == 0
+    assert children["capture_starts_inside"].gpu_count == 0
+    assert children["after"].gpu_count == 1  # GPU timing carries on after a capture

@@ -170,6 +170,8 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
     try:
         if not api.is_initialized():
             return None  # the program has not used CUDA yet: nothing to time, no context made
+        if _capturing(api):
+            return None  # an event recorded into a CUDA graph capture would break the capture
         stream = api.current_stream()
         device = stream.device_index
         start = _event(api, device)
@@ -181,6 +183,11 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
     if sid:
         spans[sid] = pending
     return pending
+
+
+def _capturing(api: Any) -> bool:
+    capturing = getattr(api, "is_current_stream_capturing", None)
+    return capturing is not None and bool(capturing())
 
 
 def _event(api: Any, device: int) -> Any:
@@ -197,6 +204,9 @@ def _event(api: Any, device: int) -> Any:
 def end(pending: Pending) -> None:
     """Record the end event on the block's stream and hand the pair to the resolver."""
     try:
+        if _capturing(_api):  # a graph capture began inside the block: leave it alone
+            pending.state = GIVEN_UP
+            return
         stop = _event(_api, pending.device)
         stop.record(pending.stream)
     except Exception as exc:
