@@ -93,12 +93,12 @@ def configure(blocks: Iterable[str], wait: float) -> None:
     timeout = wait
     _closing = False
     recorder.gpu_wanted = {}
-    recorder.gpu_blocks_set = bool(_patterns)
+    recorder.use_gpu_blocks(bool(_patterns))
 
 
 def wanted(name: str) -> bool:
     """Whether the `gpu_blocks` setting opts `name` in (cached per name)."""
-    if not recorder.gpu_blocks_set:
+    if not _patterns or _closing:
         return False
     cache = recorder.gpu_wanted
     hit = cache.get(name)
@@ -418,7 +418,7 @@ def finish(deadline: float) -> None:
     for pending in spans.values():
         if pending.state == PENDING:
             pending.state = GIVEN_UP
-    recorder.gpu_blocks_set = False
+    recorder.use_gpu_blocks(False)
 
 
 def reset() -> None:

@@ -291,8 +291,7 @@ _local = threading.local()
 _all_stacks: list[TimerStack] = []
 _registry_lock = threading.Lock()
 
-#: Whether the `gpu_blocks` setting names any block, and its verdict per name (`gpu.wanted`).
-gpu_blocks_set = False
+#: The `gpu_blocks` setting's verdict per block name (`gpu.wanted`), while it names any.
 gpu_wanted: dict[str, bool] = {}
 #: Set by the `gpu` module: called by `TimerStack.reset` with the stack and its old root, so
 #: GPU time still pending for the old nodes lands in the retired tree.
@@ -538,9 +537,8 @@ class hierarchical_timer:
                  gpu: bool | None = None) -> None:
         self._name = name
         self._stack = timer_stack
-        if gpu is not None or gpu_blocks_set:  # the one check GPU timing adds
-            if gpu is not None or gpu_wanted.get(name, True):  # False: known not to match
-                _gpu_opt_in(self, name, gpu)
+        if gpu is not None:  # the one check GPU timing adds (see `use_gpu_blocks`)
+            _gpu_opt_in(self, name, gpu)
 
     def __enter__(self) -> TimerNode:
         st = self._stack
@@ -620,6 +618,24 @@ def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
     from otel_rl._internal import gpu as gpu_timing
 
     gpu_timing.opt_in(timer, name, gpu)
+
+
+_plain_init = hierarchical_timer.__init__
+
+
+def _init_with_gpu_blocks(self: hierarchical_timer, name: str,
+                          timer_stack: TimerStack | None = None,
+                          gpu: bool | None = None) -> None:
+    self._name = name
+    self._stack = timer_stack
+    if gpu is not None or gpu_wanted.get(name, True):  # False: known not to match
+        _gpu_opt_in(self, name, gpu)
+
+
+def use_gpu_blocks(on: bool) -> None:
+    """While the `gpu_blocks` setting names blocks, every block checks its name against it
+    (cached per name); otherwise blocks skip that check altogether."""
+    hierarchical_timer.__init__ = _init_with_gpu_blocks if on else _plain_init  # type: ignore[method-assign]
 
 
 # --- The whole-run view of this process -------------------------------------------------------
