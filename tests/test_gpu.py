@@ -559,3 +559,33 @@ def test_no_events_are_recorded_into_a_cuda_graph_capture(cuda: FakeCuda) -> Non
     assert children["captured"].count == 1 and children["captured"].gpu_count == 0
     assert children["capture_starts_inside"].gpu_count == 0
     assert children["after"].gpu_count == 1  # GPU timing carries on after a capture
+
+
+@pytest.mark.jaeger
+@pytest.mark.timeout(180)
+def test_gpu_time_survives_a_real_jaeger_and_rebuilds_the_same_tree(
+    cuda: FakeCuda, jaeger: Any, jaeger_service: str, tmp_path: Path
+) -> None:
+    from otel_rl._internal.readers.jaeger import parse_jaeger
+
+    otel_rl.configure(output_dir=str(tmp_path), service_name=jaeger_service, spans="all",
+                      endpoint=jaeger.otlp_http_endpoint, gpu_blocks=["forward", "backward"])
+    cuda.launch(20.0)  # a backlog: the spans are held until the device gets there
+    with hierarchical_timer("train"):
+        for _ in range(3):
+            with hierarchical_timer("forward"):
+                cuda.launch(2.5)
+            with hierarchical_timer("backward"):
+                cuda.launch(4.0)
+    threading.Timer(0.3, cuda.advance, args=(100.0,)).start()
+    otel_rl.shutdown(timeout=20)
+    written = Tree.from_json((tmp_path / "timers.json").read_text())
+    spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
+    stored = parse_jaeger(jaeger.wait_for_spans(spans[0].trace_id, len(spans), timeout=30))
+    from_jaeger = build_tree(stored)
+    for name, seconds in (("forward", 0.0075), ("backward", 0.012)):
+        for tree in (written, from_jaeger):
+            node = tree.find(["train", name])
+            assert node is not None and node.gpu_count == 3
+            assert node.gpu_total == pytest.approx(seconds)
+    assert all(semconv.GPU_TIMED_OUT not in s.attributes for s in stored)
