@@ -64,6 +64,9 @@ _closing = False
 _generation = 0  # bumped by `reset`: the resolver forgets pairs of an earlier generation
 
 
+PENDING, RESOLVED, GIVEN_UP = 0, 1, 2  # `Pending.state`
+
+
 class Pending:
     """One block's event pair on its way from the device to the node and span."""
 
@@ -78,10 +81,7 @@ class Pending:
         self.end: Any = None
         self.t_end = 0.0
         self.seconds: float | None = None
-        self.state = 0  # 0 pending, 1 resolved, 2 given up
-
-
-PENDING, RESOLVED, GIVEN_UP = 0, 1, 2
+        self.state = PENDING
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -205,13 +205,13 @@ def end(pending: Pending) -> None:
     """Record the end event on the block's stream and hand the pair to the resolver."""
     try:
         if _capturing(_api):  # a graph capture began inside the block: leave it alone
-            pending.state = GIVEN_UP
+            _drop(pending)
             return
         stop = _event(_api, pending.device)
         stop.record(pending.stream)
     except Exception as exc:
         _fail(exc)
-        pending.state = GIVEN_UP
+        _drop(pending)
         return
     pending.end = stop
     pending.t_end = time.monotonic()
@@ -219,6 +219,12 @@ def end(pending: Pending) -> None:
     if _idle:
         _ensure_thread()
         _wake.set()
+
+
+def _drop(pending: Pending) -> None:
+    """A pair that will not be measured: its span goes out as a plain one."""
+    pending.state = GIVEN_UP
+    spans.pop(pending.sid, None)
 
 
 class GpuTimer(hierarchical_timer):
@@ -232,7 +238,11 @@ class GpuTimer(hierarchical_timer):
 
     def __enter__(self) -> TimerNode:
         node = hierarchical_timer.__enter__(self)
-        self._gpu = begin(node, self._sid if self._tr is not None else 0, self._name)
+        try:
+            self._gpu = begin(node, self._sid if self._tr is not None else 0, self._name)
+        except Exception as exc:  # telemetry never reaches training code
+            _fail(exc)
+            self._gpu = None
         return node
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -240,7 +250,10 @@ class GpuTimer(hierarchical_timer):
         pending = self._gpu
         if pending is not None:
             self._gpu = None
-            end(pending)
+            try:
+                end(pending)
+            except Exception as error:
+                _fail(error)
         hierarchical_timer.__exit__(self, exc_type, exc, tb)
 
 
