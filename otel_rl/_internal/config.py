@@ -50,7 +50,7 @@ def _parse_positive_int(text: str) -> int:
 
 def _parse_positive_float(text: str) -> float:
     value = float(text.strip())
-    if not value > 0:
+    if not 0 < value < float("inf"):  # NaN and infinity too: a wait of "inf" never ends
         raise ValueError(f"expected a positive number, got {text!r}")
     return value
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -47,19 +48,25 @@ class Context:
         self.index: int | None = None
         self.run_trace: int | None = None
         self.run_span: int | None = None
+        #: Only a traceparent, no otel_rl context: a trace from outside (a traced CI job).
+        self.external = False
+
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 
 
 def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
-    parts = value.strip().split("-")
-    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+    """(trace id, span id, sampled) of a W3C ``traceparent``, or None if it is not one."""
+    match = _TRACEPARENT.fullmatch(value.strip())
+    if match is None:
         return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
-    except ValueError:
+    version, trace_hex, span_hex, flags_hex, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
         return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
     if not trace_id or not span_id:
         return None
-    return trace_id, span_id, bool(flags & 1)
+    return trace_id, span_id, bool(int(flags_hex, 16) & 1)
 
 
 def parse_carrier(carrier: dict[str, str]) -> Context | None:
@@ -68,6 +75,7 @@ def parse_carrier(carrier: dict[str, str]) -> Context | None:
         return None
     ctx = Context(*parent)
     extra = carrier.get("otel_rl")
+    ctx.external = not extra
     if extra:
         try:
             data = json.loads(extra)
@@ -83,12 +91,21 @@ def parse_carrier(carrier: dict[str, str]) -> Context | None:
             if data.get("run"):
                 ctx.run_trace, ctx.run_span = (int(x, 16) for x in data["run"])
         except (ValueError, TypeError, AttributeError):
-            log.warning("otel_rl: ignoring a malformed otel_rl context carrier")
+            log.warning("otel_rl: ignoring a malformed otel_rl context carrier (OTEL_RL_CONTEXT)")
+            ctx = Context(*parent)
+            ctx.external = True  # what is left is a plain traceparent
     return ctx
 
 
 class Runtime:
     def __init__(self, settings: Settings, ctx: Context | None, *, auto: bool) -> None:
+        # A traceparent without otel_rl's context comes from outside (a traced CI job): this
+        # process is the run's main process, continuing that trace; its run span hangs under
+        # the outside span. Only a carrier from otel_rl makes a worker.
+        self.external_parent = 0
+        external_trace = 0
+        if ctx is not None and ctx.external:
+            self.external_parent, external_trace, ctx = ctx.span_id, ctx.trace_id, None
         self.settings = settings
         self.auto = auto
         self.closed = False
@@ -140,7 +157,7 @@ class Runtime:
             # (a pool's, say) may outlive the block that started it.
             self.root_run = (ctx.run_trace or ctx.trace_id, ctx.run_span or ctx.span_id)
         else:
-            self.trace = Trace(recorder.new_trace_id(), self.budget, buffer)
+            self.trace = Trace(external_trace or recorder.new_trace_id(), self.budget, buffer)
             self.trace.n = 1  # reserved for the run span
             self.run_span_id = recorder.new_span_id()
             self.base = None  # set in attach(), from the run stack's thread
@@ -323,7 +340,8 @@ class Runtime:
             attrs[semconv.KIND] = semconv.KIND_RUN
             attrs[semconv.RUN_ID] = self.run_id
             start = run_stack.run_start if run_stack is not None else self.start_ns
-            record = (self.run_span_id, 0, "run", start, end_ns, tid, self.trace.trace_id,
+            record = (self.run_span_id, self.external_parent, "run", start, end_ns, tid,
+                      self.trace.trace_id,
                       {"attrs": attrs})
         self.pipeline.buffer.append(record)
 
@@ -470,7 +488,12 @@ def configure(**settings: Any) -> None:
         if not resolved.inherit_context:
             ctx = None
         else:
-            ctx = inherited or parse_carrier(context_from_env())
+            carrier = context_from_env()
+            ctx = inherited or parse_carrier(carrier)
+            if ctx is None and carrier:
+                log.warning("otel_rl: ignoring %s=%r: not a W3C traceparent "
+                            "(00-<32 hex>-<16 hex>-<2 hex>)", ENV_TRACEPARENT,
+                            carrier["traceparent"][:80])
         start(resolved, ctx, auto=inherited is not None)
 
 

@@ -160,8 +160,17 @@ def run(args: argparse.Namespace) -> int:
     if args.spans is not None:
         settings["spans"] = args.spans
     otel_rl.configure(**settings)
+    from otel_rl._internal import runtime
+
+    rt = runtime.current()
+    disabled = rt is not None and rt.settings.disabled
+    trace_id = f"{rt.trace.trace_id:032x}" if rt is not None and rt.spans_on else None
     try:
         result = run_training(options, log=say)
+        if disabled:
+            # OTEL_SDK_DISABLED: otel_rl writes no files, but the timers still aggregated in
+            # this process (ML-Agents' own tree, env workers merged in as it does).
+            _write_text(logs_dir / TIMERS_FILE, _in_process_tree_json())
     finally:
         otel_rl.shutdown()
     tree_text, spans_written = _report(logs_dir)
@@ -175,7 +184,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"Timers:      {logs_dir / TIMERS_FILE}")
     print(f"Spans:       {logs_dir / SPANS_FILE if spans_written else '(none written)'}")
     print(f"Report:      {logs_dir / REPORT_FILE}")
+    if trace_id is not None:
+        # What `otel-rl tree --jaeger URL --trace-id ...` and Jaeger's search box need.
+        print(f"Trace ID:    {trace_id}")
+    if disabled:
+        print("otel_rl is disabled (OTEL_SDK_DISABLED / OTEL_RL_DISABLED): no spans; "
+              "timers.json holds the in-process timers")
     return 0
+
+
+def _in_process_tree_json() -> str:
+    import otel_rl.timers
+    from otel_rl._internal.tree import Tree
+
+    return Tree.from_dict(otel_rl.timers.get_timer_tree()).to_json(indent=2) + "\n"
 
 
 def _report(logs_dir: Path) -> tuple[str, bool]:

@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from otel_rl._internal.config import SPAN_POLICIES
-from otel_rl._internal.errors import UnavailableError, UsageError, UserError, one_line
+from otel_rl._internal.errors import UnavailableError, UsageError, one_line
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
 
 _USAGE = "usage: otel-rl run [options] -- COMMAND [ARGS...]"
@@ -88,10 +88,10 @@ def command_line(command: list[str], env: dict[str, str]) -> list[str]:
     program = command[0]
     if program.endswith(".py"):
         if not os.path.isfile(program):
-            raise UserError(f"no such file: {program}")
+            raise UsageError(f"no such file: {program}")
         return [sys.executable, *command]
     if shutil.which(program, path=env.get("PATH")) is None:
-        raise UserError(f"command not found: {program}")
+        raise UsageError(f"command not found: {program}")
     return command
 
 
