@@ -131,9 +131,10 @@ class FakeCuda:
             self.clocks[stream.device_index] = max(clock, stream.busy_until)
 
 
-def gpu_worker(index: int, n: int) -> None:
+def gpu_worker(index: int, n: int, explicit: bool = True) -> None:
     """A worker process on its own simulated device `index`: `n` GPU-timed blocks whose
-    events complete only after the worker's code has returned (late, during its shutdown)."""
+    events complete only after the worker's code has returned (late, during its shutdown).
+    Without `explicit`, the blocks are opted in only by the parent's `gpu_blocks` setting."""
     from otel_rl._internal import gpu
     from otel_rl.timers import hierarchical_timer
 
@@ -142,7 +143,7 @@ def gpu_worker(index: int, n: int) -> None:
     cuda.set_stream(cuda.new_stream(index))
     with hierarchical_timer("rollout"):
         for _ in range(n):
-            with hierarchical_timer("policy", gpu=True):
+            with hierarchical_timer("policy", gpu=True if explicit else None):
                 cuda.launch(index + 1.0)
     later = threading.Timer(0.2, cuda.advance, args=(1000.0, index))
     later.daemon = True

@@ -338,18 +338,21 @@ def test_a_failing_device_never_reaches_training_code(
     assert get_timer_root().children["forward"].gpu_count == 0
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize(("method", "explicit"),
+                         [("spawn", True), ("fork", True), ("spawn", False)])
 def test_worker_processes_gpu_time_reaches_the_parents_tree_and_spans(
-    method: str, tmp_path: Path
+    method: str, explicit: bool, tmp_path: Path
 ) -> None:
     import multiprocessing as mp
 
     from tests.gpu_double import gpu_worker
 
-    otel_rl.configure(output_dir=str(tmp_path), spans="all")
+    # Without `explicit`, the workers learn which blocks to time from the parent's setting.
+    otel_rl.configure(output_dir=str(tmp_path), spans="all",
+                      gpu_blocks=None if explicit else ["pol*"])
     ctx = mp.get_context(method)
     with hierarchical_timer("collect"):
-        procs = [ctx.Process(target=gpu_worker, args=(i, 4)) for i in range(2)]
+        procs = [ctx.Process(target=gpu_worker, args=(i, 4, explicit)) for i in range(2)]
         for p in procs:
             p.start()
         for p in procs:

@@ -47,6 +47,7 @@ _patterns: tuple[str, ...] = ()
 _api: Any = None  # the device API in use; None: look for torch.cuda when needed
 _api_given = False  # set by `use_api`: never fall back to torch
 _disabled = False  # a device call failed or CUDA is unavailable: blocks run plain
+_initialized = False  # the program has initialized CUDA (checked until it has)
 _warned: set[str] = set()
 
 _pools: dict[int, list[Any]] = {}
@@ -112,8 +113,9 @@ def wanted(name: str) -> bool:
 def use_api(api: Any) -> None:
     """Use `api` (``torch.cuda``'s surface: ``is_available``, ``is_initialized``,
     ``current_stream``, ``Event``) instead of looking for torch; None: look again."""
-    global _api, _api_given, _disabled
+    global _api, _api_given, _disabled, _initialized
     reset()
+    _initialized = False
     _api = api
     _api_given = api is not None
     _disabled = False
@@ -168,7 +170,7 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
         if api is None:
             return None
     try:
-        if not api.is_initialized():
+        if not _initialized and not _check_initialized(api):
             return None  # the program has not used CUDA yet: nothing to time, no context made
         if _capturing(api):
             return None  # an event recorded into a CUDA graph capture would break the capture
@@ -183,6 +185,12 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
     if sid:
         spans[sid] = pending
     return pending
+
+
+def _check_initialized(api: Any) -> bool:
+    global _initialized
+    _initialized = bool(api.is_initialized())  # once True, it stays so in this process
+    return _initialized
 
 
 def _capturing(api: Any) -> bool:
@@ -448,7 +456,7 @@ def reset() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _wake, _api, _thread, _idle
+    global _lock, _wake, _api, _thread, _idle, _initialized
     # Events, streams and the resolver thread belong to the parent; CUDA in a forked child
     # is the program's choice (it usually cannot), and is looked up afresh.
     _lock = threading.Lock()
@@ -457,6 +465,7 @@ def _after_fork_in_child() -> None:
     _idle = True
     if not _api_given:
         _api = None
+    _initialized = False  # CUDA does not survive a fork
     reset()
 
 
