@@ -221,7 +221,7 @@ def start_worker(carrier: Mapping[str, str]) -> None:
 
 
 #: multiprocessing's own names for processes nobody named ("Process-3", "SpawnProcess-2:1").
-_DEFAULT_PROCESS_NAME = re.compile(r"^\w+-\d+(:\d+)*$")
+_DEFAULT_PROCESS_NAME = re.compile(r"^[A-Za-z]*(Process|PoolWorker)-\d+(:\d+)*$")
 
 
 def _role_of(process: multiprocessing.process.BaseProcess) -> str:
