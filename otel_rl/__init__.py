@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from otel_rl._internal import propagation, runtime
 from otel_rl._internal.propagation import attach_context, get_context, inject_env
 from otel_rl._internal.runtime import VERSION as __version__
 from otel_rl._internal.runtime import context_from_env
@@ -58,16 +59,14 @@ def configure(**settings: Any) -> None:
     An invalid argument raises ``ValueError``; a malformed environment value is ignored with
     a warning. Calling it again reconfigures (the previous configuration is shut down first).
     """
-    from otel_rl._internal import runtime
-
-    runtime.configure(**settings)
+    rt = runtime.configure(settings)
+    if rt.settings.propagate and not rt.settings.disabled:
+        propagation.install()
 
 
 def shutdown(timeout: float | None = None) -> None:
     """Flush spans, write ``timers.json``, stop. Idempotent; returns within `timeout` seconds
     (default: the ``shutdown_timeout`` setting). Also runs at interpreter exit."""
-    from otel_rl._internal import runtime
-
     runtime.shutdown(timeout)
 
 
@@ -75,10 +74,8 @@ def force_flush(timeout: float = 10.0) -> None:
     """Export what is buffered now, waiting at most `timeout` seconds."""
     import time
 
-    from otel_rl._internal import runtime
-
-    rt = runtime.current()
-    if rt is not None and not rt.closed:
+    rt = runtime.active()
+    if rt is not None:
         rt.pipeline.flush(time.monotonic() + timeout)
 
 

@@ -12,7 +12,8 @@ span/trace ids and a clock that ticks a fixed step per reading.
 1000
 
 The same is available as the pytest fixture ``otel_rl_capture`` (registered as a pytest
-plugin when otel_rl is installed).
+plugin when otel_rl is installed). This module imports without pytest; the fixture is defined
+only when pytest is importable.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import otel_rl
 from otel_rl._internal import recorder, runtime
 from otel_rl._internal.sdk_exporter import TimerTreeExporter
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 
-__all__ = ["EPOCH_NS", "Captured", "DeterministicClock", "capture_spans", "otel_rl_capture"]
+__all__ = ["EPOCH_NS", "Captured", "DeterministicClock", "capture_spans"]
 
 #: Where the deterministic clock starts, as Unix epoch nanoseconds (2023-11-14T22:13:20Z).
 EPOCH_NS = 1_700_000_000_000_000_000
@@ -77,44 +79,38 @@ def capture_spans(*, deterministic: bool = True, step_ns: int = 1000,
     (``spans`` defaults to ``"all"``; no files are written unless ``output_dir`` is given).
     """
     exporter = TimerTreeExporter()
-    patched = ((recorder, "perf_counter_ns"), (runtime, "perf_counter_ns"), (recorder, "_ids"),
-               (recorder, "new_trace_id"))
-    saved = [getattr(module, name) for module, name in patched]
+    previous = None
     if deterministic:
-        clock = DeterministicClock(step_ns)
         trace_ids = itertools.count(1)
-        # The hot path reads these module globals, so replacing them is enough.
-        for (module, name), value in zip(patched, (clock, clock, itertools.count(1),
-                                                   lambda: next(trace_ids)), strict=True):
-            setattr(module, name, value)
+        previous = recorder.swap_clock_and_ids(DeterministicClock(step_ns), itertools.count(1),
+                                               lambda: next(trace_ids))
     settings.setdefault("spans", "all")
     settings.setdefault("propagate", False)
     settings["exporters"] = [*settings.get("exporters", ()), exporter]
     captured = Captured(exporter)
     try:
-        runtime.configure(**settings)
+        otel_rl.configure(**settings)
         if deterministic:
-            rt = runtime.current()
+            rt = runtime.active()
             assert rt is not None
             rt.offset_ns = rt.pipeline.offset_ns = EPOCH_NS
         yield captured
     finally:
         runtime.shutdown()
-        for (module, name), value in zip(patched, saved, strict=True):
-            setattr(module, name, value)
+        if previous is not None:
+            recorder.swap_clock_and_ids(*previous)
         captured._finish()
 
 
-def _fixture() -> Any:
+try:
     import pytest
+except ImportError:  # pragma: no cover - exercised by a test in a pytest-less interpreter
+    pass
+else:
+    __all__ += ["otel_rl_capture"]
 
     @pytest.fixture
     def otel_rl_capture() -> Iterator[Captured]:
         """Every block in the test, captured in memory with deterministic ids and times."""
         with capture_spans() as captured:
             yield captured
-
-    return otel_rl_capture
-
-
-otel_rl_capture = _fixture()

@@ -21,13 +21,13 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_rl._internal import semconv
 from otel_rl._internal.cli import main
-from otel_rl._internal.spandata import SpanData
-from otel_rl._internal.spandata_otlp import (
-    encode_request,
-    load_spans_file_requests,
+from otel_rl._internal.otlp.requests import (
+    read_request_lines,
     request_span_count,
     request_to_json_line,
 )
+from otel_rl._internal.otlp.spans import encode_spans
+from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 from tests.fixtures.jaeger import attributes_of, free_port, spans_of, start_backend
 from tests.spans import make_spans
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def write_spans_file(path: Path, *batches: list[SpanData]) -> Path:
-    path.write_text("".join(request_to_json_line(encode_request(b)) + "\n" for b in batches))
+    path.write_text("".join(request_to_json_line(encode_spans(b)) + "\n" for b in batches))
     return path
 
 
@@ -61,8 +61,8 @@ def test_spans_file_round_trips_ids_as_hex(tmp_path: Path) -> None:
     ids = {s["spanId"] for s in line["resourceSpans"][0]["scopeSpans"][0]["spans"]}
     assert ids == {s.span_id for s in spans}  # hex, as the Collector's file exporter writes
     assert line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] == trace_id
-    (request,) = load_spans_file_requests(path)
-    assert request == encode_request(spans)
+    ((_lineno, request, _count),) = read_request_lines(path)
+    assert request == encode_spans(spans)
 
 
 def test_spans_file_reader_reads_gzip_and_skips_blank_lines(tmp_path: Path) -> None:
@@ -70,11 +70,11 @@ def test_spans_file_reader_reads_gzip_and_skips_blank_lines(tmp_path: Path) -> N
 
     _, a = make_spans(2, "svc")
     _, b = make_spans(3, "svc")
-    text = "\n" + request_to_json_line(encode_request(a)) + "\n\n"
-    text += request_to_json_line(encode_request(b)) + "\n"
+    text = "\n" + request_to_json_line(encode_spans(a)) + "\n\n"
+    text += request_to_json_line(encode_spans(b)) + "\n"
     path = tmp_path / "spans.jsonl.gz"
     path.write_bytes(gzip.compress(text.encode()))
-    assert [request_span_count(r) for r in load_spans_file_requests(path)] == [2, 3]
+    assert [request_span_count(r) for _n, r, _c in read_request_lines(path)] == [2, 3]
 
 
 # replay ------------------------------------------------------------------------------------

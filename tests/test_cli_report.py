@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from otel_rl._internal.cli import main
+from otel_rl._internal.otlp.requests import request_to_json_line
+from otel_rl._internal.otlp.spans import encode_spans
 from otel_rl._internal.spandata import SpanData
-from otel_rl._internal.spandata_otlp import encode_request, request_to_json_line
 from tests.test_renderers_html import mlagents_tree, run_spans
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _spans_file(path: Path, spans: list[SpanData], batch: int = 40) -> Path:
     """An OTLP-JSON lines file as the Collector's file exporter writes it, several requests."""
     lines = [
-        request_to_json_line(encode_request(spans[i : i + batch]))
+        request_to_json_line(encode_spans(spans[i : i + batch]))
         for i in range(0, len(spans), batch)
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from otel_rl._internal.spandata_otlp import encode_request, request_to_json_line
 
 from otel_rl._internal import semconv
 from otel_rl._internal.cli import main
 from otel_rl._internal.readers.boundary import parse_json
 from otel_rl._internal.spandata import SpanData
-from otel_rl._internal.spandata_otlp import encode_request, request_to_json_line
 from otel_rl._internal.tree import Tree
 
 T0 = 1_700_000_000_000_000_000

@@ -8,7 +8,7 @@ import json
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_rl._internal.otlp_encode import Batch, JsonEncoder, encode_request
+from otel_rl._internal.otlp.records import Batch, JsonEncoder, encode_batches
 from otel_rl._internal.readers.otlp_json import parse_spans_text
 from tests.fixtures.otlp_receiver import request_spans
 
@@ -27,7 +27,7 @@ BATCHES = [Batch({"service.name": "svc", "process.pid": 4242}, 10**18, RECORDS,
 
 
 def test_protobuf_bytes_parse_with_the_real_classes() -> None:
-    request = ExportTraceServiceRequest.FromString(encode_request(BATCHES))
+    request = ExportTraceServiceRequest.FromString(encode_batches(BATCHES))
     spans = request.resource_spans[0].scope_spans[0].spans
     assert [s.name for s in spans] == [r[2] for r in RECORDS]
     first = spans[0]
@@ -52,7 +52,7 @@ def test_json_lines_say_what_the_protobuf_says() -> None:
     # by the real opentelemetry-proto classes.
     line = JsonEncoder().request_line(BATCHES)
     from_json = parse_spans_text(line + "\n", "test")
-    from_proto = request_spans(ExportTraceServiceRequest.FromString(encode_request(BATCHES)))
+    from_proto = request_spans(ExportTraceServiceRequest.FromString(encode_batches(BATCHES)))
     assert len(from_json) == len(RECORDS)
     assert from_json == from_proto
     assert from_json[2].is_error and from_json[3].links == [(f"{TRACE:032x}", "1111111111111111")]
@@ -63,5 +63,5 @@ def test_json_lines_say_what_the_protobuf_says() -> None:
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 16_383, 16_384])
 def test_long_span_bodies_get_multi_byte_lengths(n: int) -> None:
     record = (1, 0, "x" * n, 0, 1, 1, TRACE, None)
-    request = ExportTraceServiceRequest.FromString(encode_request([Batch({}, 0, [record])]))
+    request = ExportTraceServiceRequest.FromString(encode_batches([Batch({}, 0, [record])]))
     assert request.resource_spans[0].scope_spans[0].spans[0].name == "x" * n

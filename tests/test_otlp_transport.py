@@ -26,8 +26,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from otel_rl._internal.sinks.otlp_transport import ExportError, OtlpTransport
-from otel_rl._internal.spandata_otlp import encode_request
+from otel_rl._internal.otlp.spans import encode_spans
+from otel_rl._internal.otlp.transport import ExportError, OtlpTransport
 from tests.fixtures.jaeger import free_port, spans_of
 from tests.spans import make_spans
 
@@ -149,7 +149,7 @@ def grpc_receiver() -> Iterator[GrpcReceiver]:
 
 def test_http_posts_protobuf_to_v1_traces_with_headers(http_receiver: HttpReceiver) -> None:
     _, spans = make_spans(3, "svc")
-    request = encode_request(spans)
+    request = encode_spans(spans)
     transport = OtlpTransport(
         http_receiver.url, protocol="http/protobuf", headers={"Authorization": "Bearer t0k"}
     )
@@ -185,7 +185,7 @@ def test_http_path_follows_generic_vs_traces_endpoint_rule(
 
 def test_http_gzip_body_decompresses_to_the_request(http_receiver: HttpReceiver) -> None:
     _, spans = make_spans(50, "svc")
-    request = encode_request(spans)
+    request = encode_spans(spans)
     OtlpTransport(http_receiver.url, protocol="http/protobuf", compression="gzip").send(request)
     got = http_receiver.received[0]
     assert got.headers["content-encoding"] == "gzip"
@@ -257,7 +257,7 @@ def test_grpc_sends_the_bytes_unchanged_with_headers_as_metadata(
     grpc_receiver: GrpcReceiver,
 ) -> None:
     _, spans = make_spans(4, "svc")
-    request = encode_request(spans)
+    request = encode_spans(spans)
     transport = OtlpTransport(
         f"http://{grpc_receiver.target}", headers={"X-Scope-OrgID": "tenant-1"}
     )
@@ -529,7 +529,7 @@ def test_jaeger_stores_what_the_transport_sends(
     )
     trace_id, spans = make_spans(5, jaeger_service)
     transport = OtlpTransport(endpoint, protocol=protocol, compression=compression)  # type: ignore[arg-type]
-    transport.send(encode_request(spans))
+    transport.send(encode_spans(spans))
     transport.close()
     stored = spans_of(jaeger.wait_for_spans(trace_id, 5))
     assert sorted(s["name"] for s in stored) == sorted(s.name for s in spans)
@@ -542,7 +542,7 @@ def test_jaeger_grpc_refuses_over_4_mib_even_gzipped_but_http_takes_it(
     jaeger: Any, jaeger_service: str
 ) -> None:
     trace_id, spans = make_spans(5, jaeger_service, pad=1024 * 1024)  # ~5 MiB, compresses to KiB
-    request = encode_request(spans)
+    request = encode_spans(spans)
     assert len(request) > 4 * 1024 * 1024
     for compression in (None, "gzip"):
         with pytest.raises(ExportError) as info:
@@ -569,10 +569,10 @@ def test_jaeger_rejects_garbage_as_not_retryable(jaeger: Any, protocol: str) -> 
     assert not info.value.retryable
 
 
-def test_encode_request_groups_spans_by_resource() -> None:
+def test_encode_spans_groups_spans_by_resource() -> None:
     _, a = make_spans(2, "a")
     _, b = make_spans(1, "b")
-    request = ExportTraceServiceRequest.FromString(encode_request([a[0], b[0], a[1]]))
+    request = ExportTraceServiceRequest.FromString(encode_spans([a[0], b[0], a[1]]))
     services = [
         next(kv.value.string_value for kv in rs.resource.attributes if kv.key == "service.name")
         for rs in request.resource_spans

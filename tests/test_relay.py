@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from otel_rl._internal.otlp_encode import Batch
-from otel_rl._internal.pipeline import Stats
+from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.relay import (
     _HEADER,
     RelayClient,
@@ -20,6 +19,7 @@ from otel_rl._internal.relay import (
     decode_columns,
     encode_columns,
 )
+from otel_rl._internal.sinks import Stats
 
 RECORDS = [
     (5, 3, "advance", 100, 200, 77, (1 << 127) + 9, None),

@@ -91,14 +91,17 @@ def parse_key_values(text: str) -> dict[str, str]:
 
 class _Setting:
     """One row of the table: name, environment variables (OTEL_RL_* first, then standard
-    OTEL_* in precedence order), parser, default, meaning, and a check for arguments."""
+    OTEL_* in precedence order), parser, default, meaning, a check for arguments, and whether
+    the setting is carried to worker processes (which need it when they export on their own;
+    secrets such as headers are not: carriers can end up in a child's environment)."""
 
-    __slots__ = ("check", "default", "doc", "env", "name", "parse")
+    __slots__ = ("carried", "check", "default", "doc", "env", "name", "parse")
 
     def __init__(self, name: str, env: tuple[str, ...], parse: Callable[[str], Any], default: Any,
-                 doc: str, check: Callable[[Any], Any] | None = None) -> None:
+                 doc: str, check: Callable[[Any], Any] | None = None, *,
+                 carried: bool = False) -> None:
         self.name, self.env, self.parse, self.default = name, env, parse, default
-        self.doc, self.check = doc, check
+        self.doc, self.check, self.carried = doc, check, carried
 
 
 def _check_choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
@@ -171,29 +174,29 @@ def _check_compression(value: Any) -> str:
 TABLE: tuple[_Setting, ...] = (
     _Setting("service_name", ("OTEL_RL_SERVICE_NAME", "OTEL_SERVICE_NAME"), _parse_nonempty,
              None, "service.name of every span (else from OTEL_RESOURCE_ATTRIBUTES, else "
-             "'unknown_service:python')", _check_str),
+             "'unknown_service:python')", _check_str, carried=True),
     _Setting("endpoint", ("OTEL_RL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                           "OTEL_EXPORTER_OTLP_ENDPOINT"), _parse_nonempty, None,
-             "OTLP endpoint; unset means files only", _check_optional_str),
+             "OTLP endpoint; unset means files only", _check_optional_str, carried=True),
     _Setting("protocol", ("OTEL_RL_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
                           "OTEL_EXPORTER_OTLP_PROTOCOL"), _parse_choice(PROTOCOLS),
-             "http/protobuf", "grpc or http/protobuf", _check_choice(PROTOCOLS)),
+             "http/protobuf", "grpc or http/protobuf", _check_choice(PROTOCOLS), carried=True),
     _Setting("headers", ("OTEL_RL_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
                          "OTEL_EXPORTER_OTLP_HEADERS"), parse_key_values, {},
              "extra request headers, k=v,k2=v2", _check_mapping),
     _Setting("compression", ("OTEL_RL_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
                              "OTEL_EXPORTER_OTLP_COMPRESSION"), _parse_choice(COMPRESSIONS),
-             "none", "gzip or none", _check_compression),
+             "none", "gzip or none", _check_compression, carried=True),
     _Setting("timeout", ("OTEL_RL_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
                          "OTEL_EXPORTER_OTLP_TIMEOUT"), _parse_millis, 10.0,
              "seconds per export request (the OTEL_* variables are in milliseconds)",
-             _check_positive(float)),
+             _check_positive(float), carried=True),
     _Setting("insecure", ("OTEL_RL_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
                           "OTEL_EXPORTER_OTLP_INSECURE"), _parse_bool, None,
-             "gRPC without TLS (default: from the endpoint's scheme)", None),
+             "gRPC without TLS (default: from the endpoint's scheme)", None, carried=True),
     _Setting("certificate", ("OTEL_RL_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
                              "OTEL_EXPORTER_OTLP_CERTIFICATE"), _parse_nonempty, None,
-             "CA certificate file for TLS", _check_optional_str),
+             "CA certificate file for TLS", _check_optional_str, carried=True),
     _Setting("client_key", ("OTEL_RL_CLIENT_KEY", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
                             "OTEL_EXPORTER_OTLP_CLIENT_KEY"), _parse_nonempty, None,
              "client private key for mTLS", _check_optional_str),
@@ -204,30 +207,30 @@ TABLE: tuple[_Setting, ...] = (
     _Setting("disabled", ("OTEL_RL_DISABLED", "OTEL_SDK_DISABLED"), _parse_bool, False,
              "no spans and no export; timers still aggregate", _check_bool),
     _Setting("resource_attributes", ("OTEL_RL_RESOURCE_ATTRIBUTES", "OTEL_RESOURCE_ATTRIBUTES"),
-             parse_key_values, {}, "extra resource attributes, k=v,k2=v2", _check_mapping),
+             parse_key_values, {}, "extra resource attributes, k=v,k2=v2", _check_mapping, carried=True),
     _Setting("output_dir", ("OTEL_RL_OUTPUT_DIR",), _parse_nonempty, None,
              "folder for timers.json and spans.otlp.jsonl (default when no endpoint: "
-             "./otel-rl-runs/<run id>)", _check_path),
+             "./otel-rl-runs/<run id>)", _check_path, carried=True),
     _Setting("run_id", ("OTEL_RL_RUN_ID",), _parse_nonempty, None,
              "identifies the run (default: time + random)", _check_str),
     _Setting("spans", ("OTEL_RL_SPANS",), _parse_choice(SPAN_POLICIES), "auto",
-             "all | auto | off", _check_choice(SPAN_POLICIES)),
+             "all | auto | off", _check_choice(SPAN_POLICIES), carried=True),
     _Setting("span_budget", ("OTEL_RL_SPAN_BUDGET",), _parse_positive_int, 10_000,
-             "most spans in one trace under `auto`", _check_positive(int)),
+             "most spans in one trace under `auto`", _check_positive(int), carried=True),
     _Setting("sample_every", ("OTEL_RL_SAMPLE_EVERY",), _parse_positive_int, 100,
              "under `auto` past the budget: keep every Nth iteration (plus slow outliers)",
-             _check_positive(int)),
+             _check_positive(int), carried=True),
     _Setting("max_buffer", ("OTEL_RL_MAX_BUFFER",), _parse_positive_int, 500_000,
              "most span records held before new ones are dropped (counted)",
-             _check_positive(int)),
+             _check_positive(int), carried=True),
     _Setting("flush_interval", ("OTEL_RL_FLUSH_INTERVAL", "OTEL_BSP_SCHEDULE_DELAY"),
              _parse_positive_float, 2.0, "seconds between background flushes",
-             _check_positive(float)),
+             _check_positive(float), carried=True),
     _Setting("batch_size", ("OTEL_RL_BATCH_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
              _parse_positive_int, 2048, "spans per export request (keeps gRPC under 4 MiB)",
-             _check_positive(int)),
+             _check_positive(int), carried=True),
     _Setting("shutdown_timeout", ("OTEL_RL_SHUTDOWN_TIMEOUT",), _parse_positive_float, 5.0,
-             "seconds shutdown may take, exporting included", _check_positive(float)),
+             "seconds shutdown may take, exporting included", _check_positive(float), carried=True),
     _Setting("timers_interval", ("OTEL_RL_TIMERS_INTERVAL",), _parse_positive_float, 60.0,
              "seconds between rewrites of timers.json during the run (a crash keeps the last)",
              _check_positive(float)),
@@ -235,15 +238,15 @@ TABLE: tuple[_Setting, ...] = (
              "on SIGTERM (no handler of the program's own), flush and write timers.json first",
              _check_bool),
     _Setting("propagate", ("OTEL_RL_PROPAGATE",), _parse_bool, True,
-             "instrument multiprocessing, executors, subprocess and threads", _check_bool),
+             "instrument multiprocessing, executors, subprocess and threads", _check_bool, carried=True),
     _Setting("inherit_context", ("OTEL_RL_INHERIT_CONTEXT",), _parse_bool, True,
              "continue a trace handed down by a parent (TRACEPARENT)", _check_bool),
     _Setting("gpu_blocks", ("OTEL_RL_GPU_BLOCKS",), _parse_names, None,
              "blocks also timed on the GPU with CUDA events: names or patterns, "
-             "comma-separated (e.g. forward,backward,update or opt_*)", _check_names),
+             "comma-separated (e.g. forward,backward,update or opt_*)", _check_names, carried=True),
     _Setting("gpu_timeout", ("OTEL_RL_GPU_TIMEOUT",), _parse_positive_float, 10.0,
              "seconds a GPU-timed block's span waits for its GPU time before it is exported "
-             "marked otel_rl.gpu.timed_out", _check_positive(float)),
+             "marked otel_rl.gpu.timed_out", _check_positive(float), carried=True),
     _Setting("worker_role", ("OTEL_RL_WORKER_ROLE",), _parse_nonempty, None,
              "role of this process when it is a worker", _check_optional_str),
     _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), int, None,
@@ -251,6 +254,8 @@ TABLE: tuple[_Setting, ...] = (
 )
 
 _BY_NAME = {s.name: s for s in TABLE}
+#: Settings handed to worker processes in their carrier (the table's `carried` column).
+CARRIED = tuple(s.name for s in TABLE if s.carried)
 
 
 _SETTINGS_DEFAULTS: dict[str, Any] = {
@@ -381,10 +386,3 @@ def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = No
         settings.endpoint = None
     return settings
 
-
-def describe() -> list[tuple[str, str, str, str]]:
-    """(setting, environment variables, default, meaning) rows, for the README and --help."""
-    rows = []
-    for s in TABLE:
-        rows.append((s.name, " > ".join(s.env), "" if s.default is None else repr(s.default), s.doc))
-    return rows

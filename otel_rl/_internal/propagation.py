@@ -1,14 +1,14 @@
 """Carry the current block's context into threads, executors, processes and subprocesses.
 
-A *carrier* is a plain dict of strings (picklable, JSON-able): W3C ``traceparent`` /
-``tracestate`` plus ``otel_rl`` (JSON: the block's tree path, its process and thread, the
-parent's relay address, the run's clock offset and id, a share of the trace's span budget).
-In the environment it is ``TRACEPARENT``, ``TRACESTATE`` and ``OTEL_RL_CONTEXT``.
+The carrier format is `carrier`'s; carriers are made and workers started by `runtime`. This
+module is the public propagation API (`get_context`, `attach_context`, `inject_env`) and the
+standard-library patches that use it automatically (installed by `otel_rl.configure` when
+``propagate`` is on; inert while otel_rl is off).
 """
 
 from __future__ import annotations
 
-import json
+import inspect
 import multiprocessing.process
 import os
 import re
@@ -19,70 +19,17 @@ from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
 from typing import Any
 
-from otel_rl._internal import recorder, runtime
-from otel_rl._internal.config import resolve
+from otel_rl._internal import carrier, recorder, runtime
 from otel_rl._internal.recorder import Base, TimerStack
-from otel_rl._internal.runtime import ENV_CONTEXT, ENV_TRACEPARENT, ENV_TRACESTATE
-
-_flags = threading.local()
-#: Settings a worker needs when it has no parent relay and exports on its own. Headers are
-#: left out on purpose: carriers can end up in a child's environment.
-_CARRIED_SETTINGS = ("service_name", "endpoint", "protocol", "compression", "timeout",
-                     "insecure", "certificate", "spans", "span_budget", "sample_every",
-                     "max_buffer", "flush_interval", "batch_size", "shutdown_timeout",
-                     "propagate", "output_dir", "resource_attributes", "gpu_blocks",
-                     "gpu_timeout")
+from otel_rl._internal.runtime import Runtime, make_carrier
 
 
-def _active() -> runtime.Runtime | None:
-    rt = runtime.current()
-    if rt is None or rt.closed or rt.pid != os.getpid():
-        return None
-    return rt
-
-
-def _auto() -> runtime.Runtime | None:
+def _auto() -> Runtime | None:
     """The runtime, if automatic instrumentation is on (the patches stay installed, inert)."""
-    rt = _active()
+    rt = runtime.active()
     if rt is None or not rt.settings.propagate:
         return None
     return rt
-
-
-def _current_base(rt: runtime.Runtime) -> tuple[TimerStack, Base, tuple[str, ...]]:
-    st = recorder.thread_stack()
-    base = st.base or rt.base
-    assert base is not None
-    path = tuple(base.path) + tuple(node.name for node in st.stack[1:])
-    return st, base, path
-
-
-def make_carrier(*, for_process: bool, role: str | None = None,
-                 index: int | None = None) -> dict[str, str]:
-    """The current block's context as a carrier (empty when otel_rl is not configured)."""
-    rt = _active()
-    if rt is None:
-        return {}
-    st, base, path = _current_base(rt)
-    trace = st.trace or base.trace or rt.trace
-    span_id = st.span or base.span_id or rt.run_span_id
-    sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
-    share = None
-    if for_process:
-        # Hand the child part of what is left of this trace's budget, so that all processes
-        # together never put more than the budget into one trace.
-        share = min(rt.budget // 8, max(0, (trace.budget - trace.n) // 4))
-        trace.budget -= share
-    data: dict[str, Any] = {
-        "path": list(path), "pid": rt.pid, "tid": st.tid, "offset": rt.offset_ns,
-        "run_id": rt.run_id, "budget": share, "role": role, "index": index,
-        "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"],
-    }
-    if for_process:
-        data["relay"] = rt.ensure_relay()
-        data["settings"] = {k: getattr(rt.settings, k) for k in _CARRIED_SETTINGS}
-    return {"traceparent": f"00-{trace.trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}",
-            "tracestate": "", "otel_rl": json.dumps(data, separators=(",", ":"))}
 
 
 def get_context() -> dict[str, str]:
@@ -111,14 +58,14 @@ class attach_context:
         self._previous: TimerStack | None = None
 
     def __enter__(self) -> attach_context:
-        rt = _active()
-        carrier = self._carrier
-        if rt is None or not carrier:
+        rt = runtime.active()
+        handed = self._carrier
+        if rt is None or not handed:
             return self
-        if isinstance(carrier, Base):
-            base = carrier
+        if isinstance(handed, Base):
+            base = handed
         else:
-            ctx = runtime.parse_carrier(dict(carrier))
+            ctx = carrier.parse(handed)
             if ctx is None:
                 return self
             trace = rt.trace if ctx.trace_id == rt.trace.trace_id else rt.remote_trace(ctx)
@@ -135,17 +82,9 @@ class attach_context:
             recorder.set_active_stack(self._previous)
 
 
-def _task_stack(rt: runtime.Runtime, base: Base) -> TimerStack:
+def _task_stack(rt: Runtime, base: Base) -> TimerStack:
     """One stack per (thread, place in the tree): tasks from the same block share it."""
-    cache: dict[tuple[Any, ...], TimerStack] | None = getattr(_flags, "task_stacks", None)
-    if cache is None:
-        cache = _flags.task_stacks = {}
-    key = (base.path, base.pid, base.tid)
-    stack = cache.get(key)
-    if stack is None or len(stack.stack) > 1:
-        stack = TimerStack()
-        if len(cache) < 4096:
-            cache[key] = stack
+    stack = recorder.task_stack((base.path, base.pid, base.tid))
     stack.base = base
     rt.adopt(stack)
     return stack
@@ -174,7 +113,7 @@ def _in_process_task(fn: Callable[..., Any]) -> Callable[..., Any]:
     rt = _auto()
     if rt is None:
         return fn
-    st, base, path = _current_base(rt)
+    st, base, path = runtime.current_base(rt)
     return _Task(fn, Base(st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid))
 
 
@@ -195,29 +134,10 @@ class _Carrier(dict[str, str]):
 
 
 def _restore_carrier(data: dict[str, str]) -> _Carrier:
+    """Unpickled in a spawn/forkserver child before it runs: patch, so its bootstrap
+    starts the worker."""
     install()
     return _Carrier(data)
-
-
-def start_worker(carrier: Mapping[str, str]) -> None:
-    """Make this process a worker continuing `carrier` (replacing an inherited runtime)."""
-    ctx = runtime.parse_carrier(dict(carrier))
-    if ctx is None:
-        return
-    arguments: dict[str, Any] = {}
-    try:
-        data = json.loads(carrier.get("otel_rl") or "{}")
-        arguments = {k: v for k, v in (data.get("settings") or {}).items()
-                     if k in _CARRIED_SETTINGS and v is not None}
-    except ValueError:
-        pass
-    try:
-        settings = resolve(arguments)
-    except ValueError:
-        settings = resolve({})
-    with runtime._lock:
-        runtime._rt = None  # an inherited (forked) runtime belongs to the parent: drop it
-        runtime.start(settings, ctx, auto=True)
 
 
 #: multiprocessing's own names for processes nobody named ("Process-3", "SpawnProcess-2:1").
@@ -249,11 +169,8 @@ def _patched_process_start(self: multiprocessing.process.BaseProcess) -> None:
                 make_carrier(for_process=True, role=role, index=rt.next_index(role)))
         except Exception as exc:  # never stop a worker from starting
             rt.stats.warn_once("carrier", f"cannot pass context to a worker: {exc!r}")
-    _flags.in_start = True
-    try:
+    with runtime.starting_process():
         _original["start"](self)
-    finally:
-        _flags.in_start = False
 
 
 def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **kwargs: Any) -> Any:
@@ -261,7 +178,7 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
     if carrier is None:
         return _original["bootstrap"](self, *args, **kwargs)
     try:
-        start_worker(carrier)
+        runtime.start_worker(carrier)
     except Exception:
         pass
     try:
@@ -294,32 +211,34 @@ def _pool_wrapper(name: str) -> Callable[..., Any]:
 def _patched_thread_start(self: threading.Thread) -> None:
     rt = _auto()
     if rt is not None and not self.name.startswith("otel_rl-"):
-        st = getattr(recorder._local, "stack", None)
+        st = recorder.active_stack()
         if st is not None and (len(st.stack) > 1 or st.base is not rt.base):
-            _, base, path = _current_base(rt)
+            _, base, path = runtime.current_base(rt)
             self._otel_rl_base = Base(  # type: ignore[attr-defined]
                 st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid)
     _original["thread_start"](self)
 
 
-_ENV_INDEX = 10  # position of `env` among Popen's positional parameters after `args`
+_popen_signature: inspect.Signature | None = None
 
 
-def _patched_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+def _patched_popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+    global _popen_signature
     rt = _auto()
     if rt is not None:
         try:
-            positional = len(rest) >= _ENV_INDEX
-            env = rest[_ENV_INDEX - 1] if positional else kwargs.get("env")
-            injected = inject_env(env)
+            if _popen_signature is None:
+                _popen_signature = inspect.signature(_original["popen_init"])
+            # Bound by name, so `env` is found however the caller passed it.
+            bound = _popen_signature.bind(self, *args, **kwargs)
+            injected = inject_env(bound.arguments.get("env"))
             if injected is not None:
-                if positional:
-                    rest = (*rest[:_ENV_INDEX - 1], injected, *rest[_ENV_INDEX:])
-                else:
-                    kwargs["env"] = injected
+                bound.arguments["env"] = injected
+                _original["popen_init"](*bound.args, **bound.kwargs)
+                return
         except Exception as exc:
             rt.stats.warn_once("popen", f"cannot pass context to a subprocess: {exc!r}")
-    _original["popen_init"](self, args, *rest, **kwargs)
+    _original["popen_init"](self, *args, **kwargs)
 
 
 def inject_env(env: Mapping[Any, Any] | None = None) -> dict[Any, Any] | None:
@@ -329,49 +248,10 @@ def inject_env(env: Mapping[Any, Any] | None = None) -> dict[Any, Any] | None:
     if any(isinstance(k, bytes) for k in base):
         return None
     result = dict(base)
-    carrier = make_carrier(for_process=True, role="subprocess")
-    if carrier:
-        result[ENV_TRACEPARENT] = carrier["traceparent"]
-        if carrier.get("tracestate"):
-            result[ENV_TRACESTATE] = carrier["tracestate"]
-        result[ENV_CONTEXT] = carrier["otel_rl"]
+    handed_down = make_carrier(for_process=True, role="subprocess")
+    if handed_down:
+        carrier.to_env(handed_down, result)
     return result
-
-
-# --- fork ----------------------------------------------------------------------------------------
-
-def _before_fork() -> None:
-    _flags.fork_carrier = None
-    rt = _auto()
-    if rt is None or getattr(_flags, "in_start", False):
-        return
-    try:
-        _flags.fork_carrier = make_carrier(for_process=True, role="fork",
-                                           index=rt.next_index("fork"))
-    except Exception:
-        _flags.fork_carrier = None
-
-
-def _after_fork_in_child() -> None:
-    rt = runtime.current()
-    if rt is None or rt.closed:
-        return
-    # Nothing made before the fork is reused: the parent's records, threads, sockets and
-    # locks stay the parent's. The child starts clean, as a worker of the parent.
-    recorder.reset_after_fork()
-    recorder.buffer_cap = 0
-    recorder.policy = None
-    recorder.on_new_stack = None
-    runtime._lock = threading.RLock()
-    runtime._rt = None
-    _flags.task_stacks = {}
-    carrier = getattr(_flags, "fork_carrier", None)
-    if getattr(_flags, "in_start", False) or not carrier:
-        return  # multiprocessing's bootstrap configures the worker with its own carrier
-    try:
-        start_worker(carrier)
-    except Exception:
-        pass
 
 
 # --- install --------------------------------------------------------------------------------------
@@ -465,4 +345,3 @@ def install() -> None:
         threading.Thread.start = _patched_thread_start  # type: ignore[method-assign]
         _original["popen_init"] = subprocess.Popen.__init__
         subprocess.Popen.__init__ = _patched_popen_init  # type: ignore[assignment]
-        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

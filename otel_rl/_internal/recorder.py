@@ -296,17 +296,41 @@ gpu_wanted: dict[str, bool] = {}
 #: Set by the `gpu` module: called by `TimerStack.reset` with the stack and its old root, so
 #: GPU time still pending for the old nodes lands in the retired tree.
 on_retire: Callable[[TimerStack, TimerNode], None] | None = None
-#: Set by the runtime while spans are on: called with each new stack to attach it to the run.
+# The recorder's switches. Read on the hot path as module globals (the fastest lookup);
+# written only by `arm` and `disarm`, which only the runtime calls.
+#: While armed: called with each new stack to attach it to the run.
 on_new_stack: Callable[[TimerStack], None] | None = None
-#: Set by the runtime: called as ``(target, origin)`` when the program merges a stack's root
-#: (tagged with its `origin`) into `target` (see `placement`).
+#: Called as ``(target, origin)`` when the program merges a stack's root (tagged with its
+#: `origin`) into `target` (see `placement`); set by `arm`, kept after `disarm`.
 on_merge: Callable[[TimerNode, tuple[int, int]], None] | None = None
-#: Records beyond this many in a buffer are dropped (and counted); 0 after shutdown.
+#: Records beyond this many in a buffer are dropped (and counted); 0 while disarmed.
 buffer_cap = 0
 #: Records of kept outlier iterations that no longer fitted in the buffer (counted as drops).
 outlier_overflow = 0
+#: While armed: decides which iterations of a full trace are kept (the `auto` span policy).
+policy: IterationPolicy | None = None
 _ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
 _random: Any = None
+
+
+def arm(iteration_policy: IterationPolicy | None, cap: int,
+        new_stack_hook: Callable[[TimerStack], None] | None,
+        merge_hook: Callable[[TimerNode, tuple[int, int]], None] | None = None) -> None:
+    """Record spans: stacks with a trace append records (up to `cap` per buffer), full traces
+    begin iterations under `iteration_policy`, every new stack goes to `new_stack_hook`, and
+    merges of tagged roots to `merge_hook`."""
+    global policy, buffer_cap, on_new_stack, on_merge
+    policy, buffer_cap, on_new_stack = iteration_policy, cap, new_stack_hook
+    on_merge = merge_hook
+
+
+def disarm() -> int:
+    """Stop recording spans (aggregates go on); returns, and forgets, the outlier records that
+    did not fit in the buffer since `arm` (for the drop count)."""
+    global policy, buffer_cap, on_new_stack, outlier_overflow
+    policy, buffer_cap, on_new_stack = None, 0, None
+    overflow, outlier_overflow = outlier_overflow, 0
+    return overflow
 
 
 def _register_stack(stack: TimerStack) -> None:
@@ -336,6 +360,11 @@ def thread_stack() -> TimerStack:
     return stack
 
 
+def active_stack() -> TimerStack | None:
+    """The current thread's active stack, None if it has not timed anything yet."""
+    return getattr(_local, "stack", None)
+
+
 def set_active_stack(stack: TimerStack | None) -> TimerStack | None:
     """Make `stack` the current thread's active stack (None: its own); returns the previous."""
     previous = getattr(_local, "stack", None)
@@ -349,17 +378,61 @@ def set_active_stack(stack: TimerStack | None) -> TimerStack | None:
     return previous
 
 
+_generation = 0  # bumped by every reset: cached task stacks from before are forgotten
+
+
+def task_stack(key: tuple[object, ...]) -> TimerStack:
+    """The current thread's stack for tasks that run at one place in the tree (`key`): tasks
+    submitted from the same block share it; a fresh one while one is in use (nested)."""
+    cache: dict[tuple[object, ...], TimerStack] | None = getattr(_local, "task_stacks", None)
+    if cache is None or getattr(_local, "task_generation", -1) != _generation:
+        cache = _local.task_stacks = {}
+        _local.task_generation = _generation
+    stack = cache.get(key)
+    if stack is None or len(stack.stack) > 1:
+        stack = TimerStack()
+        if len(cache) < 4096:
+            cache[key] = stack
+    return stack
+
+
 def new_span_id() -> int:
     return next(_ids)  # starts below 2**62: never 0, never past 64 bits
 
 
-def new_trace_id() -> int:
+def _random_trace_id() -> int:
     global _random
     if _random is None:  # imported on first use: worker start-up does not pay for it
         import random
 
         _random = random.Random(os.urandom(16))
     return _random.getrandbits(128) or 1  # type: ignore[no-any-return]
+
+
+_trace_ids: Callable[[], int] = _random_trace_id
+
+
+def new_trace_id() -> int:
+    return _trace_ids()
+
+
+IdSource = Callable[[], int]
+
+
+def now_ns() -> int:
+    """The recorder's clock (perf_counter_ns, or `otel_rl.testing`'s deterministic one)."""
+    return perf_counter_ns()
+
+
+def swap_clock_and_ids(clock: Callable[[], int], span_ids: itertools.count[int],
+                       trace_ids: IdSource) -> tuple[Callable[[], int], itertools.count[int],
+                                                     IdSource]:
+    """Replace the clock (perf_counter_ns), the span id sequence and the trace id source;
+    returns the previous three (for `otel_rl.testing`'s deterministic mode)."""
+    global perf_counter_ns, _ids, _trace_ids
+    previous = (perf_counter_ns, _ids, _trace_ids)
+    perf_counter_ns, _ids, _trace_ids = clock, span_ids, trace_ids
+    return previous
 
 
 def reseed_ids() -> None:
@@ -374,8 +447,9 @@ def reset_after_fork() -> TimerStack:
     as with ML-Agents (the child's `get_timer_tree()` starts from a copy of the parent's). What
     that copy holds is the parent's: it is marked as merged-in, so the child's whole-run
     contribution holds only what the child records itself."""
-    global _registry_lock
+    global _registry_lock, _generation
     _registry_lock = threading.Lock()
+    _generation += 1
     ident = threading.get_ident()
     survivor = _thread_timer_stacks.get(ident)
     _all_stacks.clear()
@@ -458,8 +532,6 @@ class IterationPolicy:
         state[1:] = [n, mean, m2 + delta * (duration_ns - mean), room, last]
         return verdict
 
-
-policy: IterationPolicy | None = None
 
 
 def _begin_iteration(st: TimerStack, full: Trace, name: str) -> Trace | None:
@@ -721,6 +793,8 @@ def stack_contribution(stack: TimerStack) -> TimerNode:
 
 def reset_for_tests() -> None:
     """Forget every stack (tests only; never while blocks are open)."""
+    global _generation
+    _generation += 1
     with _registry_lock:
         _all_stacks.clear()
     _thread_timer_stacks.clear()

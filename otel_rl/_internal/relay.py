@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from otel_rl._internal import log
-from otel_rl._internal.otlp_encode import Batch
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.sinks.base import Sink, Stats
 
 _HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2
@@ -217,12 +218,12 @@ class RelayServer:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class RelayClient:
+class RelayClient(Sink):
     """A worker's end: sends batches and snapshots; `connect` fails fast when no parent listens."""
 
     name = "relay"
 
-    def __init__(self, address: str, stats: Any, timeout: float = 5.0) -> None:
+    def __init__(self, address: str, stats: Stats, timeout: float = 5.0) -> None:
         self.address = address
         self._stats = stats
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

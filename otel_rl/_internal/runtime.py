@@ -1,8 +1,14 @@
-"""`configure()` / `shutdown()`: the one place otel_rl keeps process-wide state.
+"""The run, and the one module that owns otel_rl's process-wide state.
 
 A process is either the run's *main* process (it owns the run span, the exporters and the
 whole-run timers.json) or a *worker* (it continues a context handed down by a parent and, when
 the parent's relay is reachable, ships its records and tree snapshots there).
+
+Process state lives here only: the current `Runtime` and its lock, the recorder's switches
+(through `recorder.arm` / `recorder.disarm`, called from nowhere else), the fork hook (always
+registered once a run starts: a forked child never keeps the parent's run), the SIGTERM and
+atexit handlers, and `reset_for_tests`. `propagation` patches the standard library on top of
+this module and asks it for carriers and workers; it writes none of this state.
 """
 
 from __future__ import annotations
@@ -10,91 +16,31 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from time import perf_counter_ns
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import log, placement, recorder, semconv, wholerun
-from otel_rl._internal.config import Settings, resolve
-from otel_rl._internal.pipeline import FileSink, OtlpSink, Pipeline, SpanExporterSink, Stats
+from otel_rl._internal import carrier, log, placement, recorder, semconv, wholerun
+from otel_rl._internal.carrier import Carrier, Context
+from otel_rl._internal.config import CARRIED, Settings, resolve
+from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.recorder import Base, IterationPolicy, TimerStack, Trace
+from otel_rl._internal.sinks import Sink, Stats
+from otel_rl._internal.sinks.file import FileSink
+
+if TYPE_CHECKING:
+    from otel_rl._internal.otlp.transport import OtlpTransport
+    from otel_rl._internal.relay import RelayClient, RelayServer
 
 TIMERS_FILE = "timers.json"
 SPANS_FILE = "spans.otlp.jsonl"
 VERSION = "0.1.0"
-
-
-class Context:
-    """A parsed carrier: where in which trace a worker continues."""
-
-    def __init__(self, trace_id: int, span_id: int, sampled: bool) -> None:
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.sampled = sampled
-        self.path: tuple[str, ...] = ()
-        self.pid = 0
-        self.tid = 0
-        self.relay: str | None = None
-        self.offset_ns: int | None = None
-        self.run_id: str | None = None
-        self.budget: int | None = None
-        self.role: str | None = None
-        self.index: int | None = None
-        self.run_trace: int | None = None
-        self.run_span: int | None = None
-        #: Only a traceparent, no otel_rl context: a trace from outside (a traced CI job).
-        self.external = False
-
-
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-
-
-def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
-    """(trace id, span id, sampled) of a W3C ``traceparent``, or None if it is not one."""
-    match = _TRACEPARENT.fullmatch(value.strip())
-    if match is None:
-        return None
-    version, trace_hex, span_hex, flags_hex, rest = match.groups()
-    if version == "ff" or (version == "00" and rest):
-        return None
-    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
-    if not trace_id or not span_id:
-        return None
-    return trace_id, span_id, bool(int(flags_hex, 16) & 1)
-
-
-def parse_carrier(carrier: dict[str, str]) -> Context | None:
-    parent = parse_traceparent(carrier.get("traceparent", "") or "")
-    if parent is None:
-        return None
-    ctx = Context(*parent)
-    extra = carrier.get("otel_rl")
-    ctx.external = not extra
-    if extra:
-        try:
-            data = json.loads(extra)
-            ctx.path = tuple(str(p) for p in data.get("path", ()))
-            ctx.pid = int(data.get("pid", 0))
-            ctx.tid = int(data.get("tid", 0))
-            ctx.relay = data.get("relay")
-            ctx.offset_ns = data.get("offset")
-            ctx.run_id = data.get("run_id")
-            ctx.budget = data.get("budget")
-            ctx.role = data.get("role")
-            ctx.index = data.get("index")
-            if data.get("run"):
-                ctx.run_trace, ctx.run_span = (int(x, 16) for x in data["run"])
-        except (ValueError, TypeError, AttributeError):
-            log.warning("otel_rl: ignoring a malformed otel_rl context carrier (OTEL_RL_CONTEXT)")
-            ctx = Context(*parent)
-            ctx.external = True  # what is left is a plain traceparent
-    return ctx
 
 
 class Runtime:
@@ -114,7 +60,7 @@ class Runtime:
         self.is_worker = ctx is not None
         self.spans_on = not settings.disabled and settings.spans != "off"
         self.offset_ns = (ctx.offset_ns if ctx and ctx.offset_ns is not None
-                          else time.time_ns() - perf_counter_ns())
+                          else time.time_ns() - recorder.now_ns())
         self.run_id = (ctx.run_id if ctx and ctx.run_id else settings.run_id)
         self.role = settings.worker_role or (ctx.role if ctx else None)
         self.index = settings.worker_index if settings.worker_index is not None else (
@@ -123,13 +69,13 @@ class Runtime:
         self.thread_names: dict[int, str] = {}
         self.snapshots: dict[str, dict[str, Any]] = {}
         self.snapshots_lock = threading.Lock()
-        self.relay_server: Any = None
-        self.relay_client: Any = None
+        self.relay_server: RelayServer | None = None
+        self.relay_client: RelayClient | None = None
         self.remote_traces: dict[int, Trace] = {}
         self.role_counters: dict[str, int] = {}
         self.output_dir = self._output_dir()
         self.resource = self._resource()
-        self.start_ns = perf_counter_ns()
+        self.start_ns = recorder.now_ns()
         self.budget = sys.maxsize if settings.spans == "all" else settings.span_budget
         sinks = self._sinks()
         if self.relay_client is None and not settings.disabled:
@@ -147,6 +93,8 @@ class Runtime:
                                  on_flush=self._on_flush)
         self.last_timers_write = time.monotonic()
         self.finished = False
+        #: The stack of the thread that started the run (set by `attach`).
+        self.run_stack: TimerStack | None = None
         buffer = self.pipeline.buffer
         if ctx is not None:
             self.trace = self.remote_trace(ctx)
@@ -190,7 +138,7 @@ class Runtime:
             resource[semconv.WORKER_INDEX] = self.index if self.index is not None else 0
         return resource
 
-    def _sinks(self) -> list[Any]:
+    def _sinks(self) -> list[Sink]:
         s = self.settings
         if s.disabled:
             return []
@@ -203,17 +151,23 @@ class Runtime:
                 return [self.relay_client]
             except OSError:
                 log.info("otel_rl: parent relay unreachable; this process exports on its own")
-        sinks: list[Any] = []
+        sinks: list[Sink] = []
         if s.endpoint:
+            # Imported only with an endpoint: the transport pulls in ssl, http and gzip.
+            from otel_rl._internal.sinks.otlp import OtlpSink
+
             sinks.append(OtlpSink(self._transport_factory, s.batch_size, self.stats, s.endpoint))
         if self.output_dir:
             name = SPANS_FILE if not self.is_worker else f"spans.{self.pid}.otlp.jsonl"
             sinks.append(FileSink(os.path.join(self.output_dir, name), self.stats))
-        sinks.extend(SpanExporterSink(e, self.stats) for e in s.exporters)
+        if s.exporters:
+            from otel_rl._internal.sinks.sdk import SpanExporterSink
+
+            sinks.extend(SpanExporterSink(e, self.stats) for e in s.exporters)
         return sinks
 
-    def _transport_factory(self) -> Any:
-        from otel_rl._internal.sinks.otlp_transport import OtlpTransport
+    def _transport_factory(self) -> OtlpTransport:
+        from otel_rl._internal.otlp.transport import OtlpTransport
 
         s = self.settings
         assert s.endpoint is not None
@@ -234,10 +188,8 @@ class Runtime:
             self.base = Base(self.trace, self.run_span_id, (), self.pid, run_stack.tid)
         for st in recorder.all_stacks():
             self.adopt(st, initial=True)
-        recorder.policy = self.policy
-        recorder.buffer_cap = self.settings.max_buffer if self.spans_on else 0
-        recorder.on_new_stack = self.adopt
-        recorder.on_merge = placement.on_merge
+        recorder.arm(self.policy, self.settings.max_buffer if self.spans_on else 0, self.adopt,
+                     placement.on_merge)
         if self.spans_on or self.output_dir:
             self.pipeline.start()
 
@@ -312,7 +264,7 @@ class Runtime:
               >= self.settings.timers_interval):
             # A run killed without warning (SIGKILL, OOM) still leaves a recent timers.json.
             self.last_timers_write = time.monotonic()
-            self._write_timers(perf_counter_ns())
+            self._write_timers(recorder.now_ns())
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:
@@ -321,7 +273,7 @@ class Runtime:
         for name, g in wholerun.stack_gauges(stacks).items():
             for key in ("value", "min", "max", "count"):
                 attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
-        run_stack = getattr(self, "run_stack", None)
+        run_stack = self.run_stack
         if run_stack is not None and not self.is_worker:
             for key, value in self.run_metadata(run_stack).items():
                 attrs[f"{semconv.METADATA_PREFIX}{key}"] = str(value)
@@ -358,7 +310,7 @@ class Runtime:
 
     def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
         stacks = recorder.all_stacks()
-        run_stack = getattr(self, "run_stack", None) or recorder.thread_stack()
+        run_stack = self.run_stack or recorder.thread_stack()
         with self.snapshots_lock:
             snapshots = list(self.snapshots.values())
         metadata = self.run_metadata(run_stack)
@@ -377,16 +329,14 @@ class Runtime:
 
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        end_ns = perf_counter_ns()
+        end_ns = recorder.now_ns()
         components = sys.modules.get("otel_rl._internal.components")
         if components is not None:  # Sample Factory components end with the run
             components.close_all(end_ns, self.pipeline.buffer, self.spans_on)
         if self.spans_on:
             self._final_span(end_ns)
         # Stop recording spans; the trees keep aggregating as plain ML-Agents timers.
-        recorder.on_new_stack = None
-        recorder.policy = None
-        recorder.buffer_cap = 0
+        outlier_overflow = recorder.disarm()
         for st in recorder.all_stacks():
             st.trace = None
         if self.relay_server is not None:
@@ -394,8 +344,7 @@ class Runtime:
         gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
         if gpu is not None:
             gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
-        buffer_drops = sum(st.dropped for st in recorder.all_stacks()) + recorder.outlier_overflow
-        recorder.outlier_overflow = 0
+        buffer_drops = sum(st.dropped for st in recorder.all_stacks()) + outlier_overflow
         self.stats.add_dropped("span buffer full", buffer_drops)
         self.pipeline.shutdown(deadline)
         if self.relay_client is not None:
@@ -427,33 +376,38 @@ class Runtime:
             log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
 
 
-# --- module state -----------------------------------------------------------------------------
+# --- process state ---------------------------------------------------------------------------
 _rt: Runtime | None = None
 _lock = threading.RLock()
 _atexit_registered = False
+_fork_hook_registered = False
+_sigterm_installed = False
+#: Per thread: a `multiprocessing` Process start in progress (its bootstrap makes the child a
+#: worker with its own carrier), and the carrier prepared for a bare os.fork().
+_fork = threading.local()
 
 
 def current() -> Runtime | None:
+    """The runtime, if any (it may be closed, or a forked parent's)."""
     return _rt
 
 
-ENV_TRACEPARENT = "TRACEPARENT"
-ENV_TRACESTATE = "TRACESTATE"
-ENV_CONTEXT = "OTEL_RL_CONTEXT"
+def active() -> Runtime | None:
+    """The runtime of this process while it records (not closed, not inherited by fork)."""
+    rt = _rt
+    if rt is None or rt.closed or rt.pid != os.getpid():
+        return None
+    return rt
 
 
 def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The carrier a parent put into this process's environment ({} if none)."""
-    environ = os.environ if environ is None else environ
-    carrier = {"traceparent": environ.get(ENV_TRACEPARENT, ""),
-               "tracestate": environ.get(ENV_TRACESTATE, ""),
-               "otel_rl": environ.get(ENV_CONTEXT, "")}
-    return carrier if carrier["traceparent"] else {}
+    return carrier.from_env(environ)
 
 
 def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Runtime:
     """Start the runtime (the caller holds no runtime)."""
-    global _rt, _atexit_registered
+    global _rt, _atexit_registered, _fork_hook_registered
     with _lock:
         rt = Runtime(settings, ctx, auto=auto)
         rt.attach(recorder.thread_stack())
@@ -461,45 +415,45 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
 
         gpu.configure(settings.gpu_blocks, settings.gpu_timeout)
         _rt = rt
-        if settings.propagate and not settings.disabled:
-            from otel_rl._internal import propagation
-
-            propagation.install()
         if not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
+        if not _fork_hook_registered:
+            # Always, whatever `propagate` says: a forked child must never go on appending to
+            # the parent's buffer, which nothing in the child drains.
+            os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+            _fork_hook_registered = True
         if settings.handle_sigterm and not settings.disabled:
             install_sigterm_flush()
         return rt
 
 
-def configure(**settings: Any) -> None:
-    """Turn otel_rl on: see `otel_rl.configure`."""
+def configure(settings: Mapping[str, Any]) -> Runtime:
+    """Turn otel_rl on with `settings` (see `otel_rl.configure`); returns the new runtime."""
     resolved = resolve(settings)
     with _lock:
         rt = _rt
         inherited = None
         if rt is not None and not rt.closed:
             if rt.auto and not settings:
-                return  # a worker started by otel_rl already runs with its parent's settings
+                return rt  # a worker started by otel_rl already runs with its parent's settings
             if rt.auto and rt.is_worker:
                 inherited = rt.ctx  # stay in the parent's run, with the program's settings
             shutdown(rt.settings.shutdown_timeout)
         if not resolved.inherit_context:
             ctx = None
         else:
-            carrier = context_from_env()
-            ctx = inherited or parse_carrier(carrier)
-            if ctx is None and carrier:
+            handed_down = carrier.from_env()
+            ctx = inherited or carrier.parse(handed_down)
+            if ctx is None and handed_down:
                 log.warning("otel_rl: ignoring %s=%r: not a W3C traceparent "
-                            "(00-<32 hex>-<16 hex>-<2 hex>)", ENV_TRACEPARENT,
-                            carrier["traceparent"][:80])
-        start(resolved, ctx, auto=inherited is not None)
+                            "(00-<32 hex>-<16 hex>-<2 hex>)", carrier.ENV_TRACEPARENT,
+                            handed_down["traceparent"][:80])
+        return start(resolved, ctx, auto=inherited is not None)
 
 
 def shutdown(timeout: float | None = None) -> None:
     """Flush, write timers.json and stop; idempotent, bounded by `timeout` seconds."""
-    global _rt
     with _lock:
         rt = _rt
         if rt is None or rt.closed or rt.pid != os.getpid():
@@ -515,8 +469,105 @@ def _at_exit() -> None:
     shutdown()
 
 
-_sigterm_installed = False
+# --- carriers and workers ------------------------------------------------------------------------
 
+def current_base(rt: Runtime) -> tuple[TimerStack, Base, tuple[str, ...]]:
+    """This thread's active stack, the place its top-level blocks hang, and the open block's
+    tree path."""
+    st = recorder.thread_stack()
+    base = st.base or rt.base
+    assert base is not None
+    path = tuple(base.path) + tuple(node.name for node in st.stack[1:])
+    return st, base, path
+
+
+def make_carrier(*, for_process: bool, role: str | None = None,
+                 index: int | None = None) -> Carrier:
+    """The current block's context as a carrier (empty when otel_rl is not configured)."""
+    rt = active()
+    if rt is None:
+        return {}
+    st, base, path = current_base(rt)
+    trace = st.trace or base.trace or rt.trace
+    span_id = st.span or base.span_id or rt.run_span_id
+    sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
+    share = None
+    if for_process:
+        # Hand the child part of what is left of this trace's budget, so that all processes
+        # together never put more than the budget into one trace.
+        share = min(rt.budget // 8, max(0, (trace.budget - trace.n) // 4))
+        trace.budget -= share
+    data: dict[str, Any] = {
+        "path": list(path), "pid": rt.pid, "tid": st.tid, "offset": rt.offset_ns,
+        "run_id": rt.run_id, "budget": share, "role": role, "index": index,
+        "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"],
+    }
+    if for_process:
+        data["relay"] = rt.ensure_relay()
+        data["settings"] = {name: getattr(rt.settings, name) for name in CARRIED}
+    return carrier.make(trace.trace_id, span_id, sampled, data)
+
+
+def start_worker(handed_down: Mapping[str, str]) -> None:
+    """Make this process a worker continuing `handed_down` (replacing an inherited runtime)."""
+    global _rt
+    ctx = carrier.parse(handed_down)
+    if ctx is None:
+        return
+    arguments = {k: v for k, v in ctx.settings.items() if k in CARRIED}
+    try:
+        settings = resolve(arguments)
+    except ValueError:
+        settings = resolve({})
+    with _lock:
+        _rt = None  # an inherited (forked) runtime belongs to the parent: drop it
+        start(settings, ctx, auto=True)
+
+
+@contextmanager
+def starting_process() -> Iterator[None]:
+    """Around `multiprocessing`'s Process.start: a fork in there is that Process's, whose
+    bootstrap starts the worker with its own carrier (the fork hook makes none)."""
+    _fork.starting_process = True
+    try:
+        yield
+    finally:
+        _fork.starting_process = False
+
+
+def _before_fork() -> None:
+    _fork.carrier = None
+    rt = active()
+    if rt is None or not rt.settings.propagate or getattr(_fork, "starting_process", False):
+        return
+    try:
+        _fork.carrier = make_carrier(for_process=True, role="fork", index=rt.next_index("fork"))
+    except Exception:
+        _fork.carrier = None
+
+
+def _after_fork_in_child() -> None:
+    global _rt, _lock
+    rt = _rt
+    if rt is None or rt.closed:
+        return
+    # Nothing made before the fork is reused: the parent's records, threads, sockets and
+    # locks stay the parent's. The child starts clean: a worker of the parent when the parent
+    # propagates, else not recording spans at all (like a spawned child nobody configured).
+    recorder.reset_after_fork()
+    recorder.disarm()
+    _lock = threading.RLock()
+    _rt = None
+    handed_down = getattr(_fork, "carrier", None)
+    if getattr(_fork, "starting_process", False) or not handed_down:
+        return
+    try:
+        start_worker(handed_down)
+    except Exception:
+        pass
+
+
+# --- SIGTERM ---------------------------------------------------------------------------------------
 
 def install_sigterm_flush() -> None:
     """On SIGTERM (what schedulers and `Pool.terminate()` send), flush and write timers.json,
@@ -531,7 +582,7 @@ def install_sigterm_flush() -> None:
     _sigterm_installed = True
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # repeats wait for the (bounded) flush
     rt = _rt
     if rt is not None and rt.closed and not rt.finished and rt.pid == os.getpid():
@@ -544,8 +595,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def reset_for_tests() -> None:
-    """Shut down and forget all state (tests only)."""
+    """Shut down and forget all process state: the runtime and every timer stack (tests only;
+    never while blocks are open)."""
     global _rt
     shutdown(5.0)
     with _lock:
         _rt = None
+    recorder.disarm()
+    recorder.reset_for_tests()
+    _fork.__dict__.clear()

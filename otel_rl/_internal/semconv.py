@@ -44,8 +44,10 @@ PLACEMENTS = "otel_rl.placements"
 COMPONENT = "otel_rl.component"
 COMPONENT_ROLE = "otel_rl.component.role"
 COMPONENT_INDEX = "otel_rl.component.index"
-#: Source of a block ("mlagents" timers facade, "sample_factory" Timing facade).
-SOURCE = "otel_rl.source"
+
+# Instrumentation scope of every span otel_rl writes ----------------------------------------
+SCOPE_NAME = "otel_rl"
+SCOPE_VERSION = "0.1.0"
 
 # Resource attributes -----------------------------------------------------------------------
 SERVICE_NAME = "service.name"

@@ -16,9 +16,10 @@ import time
 from otel_rl._internal import semconv
 from otel_rl._internal.cli.replay import add_endpoint_arguments, make_transport, send_all
 from otel_rl._internal.errors import UsageError, UserError
+from otel_rl._internal.otlp.requests import request_to_json_line
+from otel_rl._internal.otlp.spans import build_request
 from otel_rl._internal.readers.boundary import MAX_TIME_NS
 from otel_rl._internal.spandata import SpanData
-from otel_rl._internal.spandata_otlp import build_request, request_to_json_line
 from otel_rl._internal.tree import Tree, TreeNode
 
 #: Attributes only synthetic spans carry (the node's own time, and ML-Agents' parallel flag).

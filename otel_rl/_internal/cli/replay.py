@@ -19,13 +19,17 @@ from otel_rl._internal.errors import (
     UserError,
     shown,
 )
-from otel_rl._internal.readers.boundary import describe_path
-from otel_rl._internal.sinks.otlp_transport import (
+from otel_rl._internal.otlp.requests import (
+    read_request_lines,
+    request_span_count,
+    split_request,
+)
+from otel_rl._internal.otlp.transport import (
     GRPC_MAX_MESSAGE_BYTES,
     ExportError,
     OtlpTransport,
 )
-from otel_rl._internal.spandata_otlp import iter_spans_file, request_span_count, split_request
+from otel_rl._internal.readers.boundary import describe_path
 
 #: Attempts per request for errors the OTLP specification calls transient.
 _ATTEMPTS = 3
@@ -138,7 +142,7 @@ def _send_with_retries(transport: OtlpTransport, request: bytes) -> None:
 def run(args: argparse.Namespace) -> int:
     transport = make_transport(args)
     # Read the whole file first: a bad line must not leave half a file sent.
-    requests = [(request, count) for _lineno, request, count in iter_spans_file(args.file)]
+    requests = [(request, count) for _lineno, request, count in read_request_lines(args.file)]
     total = sum(count for _request, count in requests)
     if total == 0:
         raise UserError(f"{describe_path(args.file)}: no spans to send")

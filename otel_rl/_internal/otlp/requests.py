@@ -1,7 +1,5 @@
-"""`SpanData` to OTLP protobuf, and OTLP-JSON spans files to serialised export requests.
-
-The offline tools (`otel-rl import`, `otel-rl replay`) speak OTLP through these functions; the
-live pipeline encodes its own compact records elsewhere, without going through `SpanData`.
+"""Serialised ``ExportTraceServiceRequest``s: read from OTLP-JSON spans files, split to a
+size, written as OTLP-JSON lines, counted (`otel-rl replay` and `otel-rl import`).
 
 OTLP-JSON (the Collector's ``file`` exporter format: one ``ExportTraceServiceRequest`` per
 line) differs from protobuf's canonical JSON in one way that matters: trace and span ids are
@@ -10,7 +8,8 @@ produce the wrong bytes, so ids are translated on the way in and out.
 
 Example::
 
-    request = encode_request(spans)          # bytes, ready for OtlpTransport.send
+    for lineno, request, count in read_request_lines("spans.otlp.jsonl"):
+        transport.send(request)
     line = request_to_json_line(request)     # one line of an OTLP-JSON spans file
 """
 
@@ -21,7 +20,7 @@ import binascii
 import gzip
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,124 +28,17 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from otel_rl._internal.errors import UserError
-from otel_rl._internal.spandata import SpanData
 
 __all__ = [
-    "encode_request",
-    "iter_spans_file",
-    "load_spans_file_requests",
+    "read_request_lines",
     "request_span_count",
     "request_to_json_line",
     "split_request",
 ]
 
-#: Instrumentation scope written on spans encoded from `SpanData` (which carries none).
-SCOPE_NAME = "otel_rl"
-
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
-
-
-# SpanData -> protobuf ----------------------------------------------------------------------
-
-
-def encode_request(spans: Sequence[SpanData]) -> bytes:
-    """Serialise `spans` as one ``ExportTraceServiceRequest``, one ``ResourceSpans`` per resource.
-
-    Resources are grouped by value, in first-seen order; spans keep their order within a group.
-    """
-    data: bytes = build_request(spans).SerializeToString()
-    return data
-
-
-def build_request(spans: Iterable[SpanData]) -> Any:
-    """The ``ExportTraceServiceRequest`` message for `spans` (see `encode_request`)."""
-    request = ExportTraceServiceRequest()
-    groups: dict[tuple[tuple[str, str], ...], Any] = {}
-    for span in spans:
-        key = _resource_key(span.resource)
-        scope_spans = groups.get(key)
-        if scope_spans is None:
-            resource_spans: ResourceSpans = request.resource_spans.add()
-            _fill_attributes(resource_spans.resource.attributes, span.resource)
-            scope_spans = resource_spans.scope_spans.add()
-            scope_spans.scope.name = SCOPE_NAME
-            groups[key] = scope_spans
-        _fill_span(scope_spans.spans.add(), span)
-    return request
-
-
-def _resource_key(resource: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    # repr() keeps 1 and "1" (and True and 1) apart, which str() would merge.
-    return tuple(sorted((key, repr(value)) for key, value in resource.items()))
-
-
-def _fill_span(out: Span, span: SpanData) -> None:
-    out.trace_id = _id_bytes(span.trace_id, 16, "trace id")
-    out.span_id = _id_bytes(span.span_id, 8, "span id")
-    if span.parent_span_id:
-        out.parent_span_id = _id_bytes(span.parent_span_id, 8, "parent span id")
-    out.name = span.name
-    out.kind = Span.SPAN_KIND_INTERNAL
-    out.start_time_unix_nano = span.start_ns
-    out.end_time_unix_nano = span.end_ns
-    _fill_attributes(out.attributes, span.attributes)
-    for event in span.events:
-        out_event = out.events.add()
-        out_event.name = event.name
-        out_event.time_unix_nano = event.time_ns
-        _fill_attributes(out_event.attributes, event.attributes)
-    for trace_id, span_id in span.links:
-        link = out.links.add()
-        link.trace_id = _id_bytes(trace_id, 16, "link trace id")
-        link.span_id = _id_bytes(span_id, 8, "link span id")
-    if span.is_error:
-        out.status.code = Status.STATUS_CODE_ERROR
-
-
-def _id_bytes(hex_id: str, size: int, what: str) -> bytes:
-    try:
-        raw = bytes.fromhex(hex_id)
-    except ValueError:
-        raise ValueError(f"{what} {hex_id!r} is not hex") from None
-    if len(raw) != size:
-        raise ValueError(f"{what} {hex_id!r} is not {size * 2} hex digits")
-    return raw
-
-
-def _fill_attributes(out: Any, attributes: Mapping[str, Any]) -> None:
-    for key, value in attributes.items():
-        if value is None:
-            continue  # OTel drops None-valued attributes; so do we
-        kv: KeyValue = out.add()
-        kv.key = key
-        _fill_value(kv.value, value)
-
-
-def _fill_value(out: AnyValue, value: Any) -> None:
-    # bool before int: bool is a subclass of int.
-    if isinstance(value, bool):
-        out.bool_value = value
-    elif isinstance(value, int):
-        out.int_value = value
-    elif isinstance(value, float):
-        out.double_value = value
-    elif isinstance(value, str):
-        out.string_value = value
-    elif isinstance(value, bytes):
-        out.bytes_value = value
-    elif isinstance(value, Mapping):
-        out.kvlist_value.SetInParent()
-        _fill_attributes(out.kvlist_value.values, value)
-    elif isinstance(value, (list, tuple)):
-        out.array_value.SetInParent()
-        for item in value:
-            _fill_value(out.array_value.values.add(), item)
-    else:
-        out.string_value = str(value)
 
 
 # OTLP-JSON <-> protobuf --------------------------------------------------------------------
@@ -168,7 +60,7 @@ def request_to_json_line(request: bytes | Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-def iter_spans_file(path: str | Path) -> Iterator[tuple[int, bytes, int]]:
+def read_request_lines(path: str | Path) -> Iterator[tuple[int, bytes, int]]:
     """Yield ``(line number, serialised request, span count)`` for each line of an OTLP-JSON file.
 
     The file may be gzip-compressed. Blank lines are skipped. A line that is not an OTLP-JSON
@@ -204,15 +96,6 @@ def _shown_path(path: str | Path) -> str:
     from otel_rl._internal.readers.boundary import describe_path
 
     return describe_path(path)
-
-
-def load_spans_file_requests(path: str | Path) -> Iterator[bytes]:
-    """Yield each line of an OTLP-JSON spans file as a serialised ``ExportTraceServiceRequest``.
-
-    Malformed lines raise `UserError` with the line number (see `iter_spans_file`).
-    """
-    for _lineno, request, _count in iter_spans_file(path):
-        yield request
 
 
 def request_span_count(request: bytes | Any) -> int:

@@ -19,7 +19,7 @@ built before a fork and used in the child after `OtlpTransport.reset_after_fork`
 Example::
 
     transport = OtlpTransport("http://127.0.0.1:4317", protocol="grpc", compression="gzip")
-    transport.send(encode_request(spans))
+    transport.send(encode_spans(spans))
     transport.close()
 """
 
@@ -44,7 +44,7 @@ Protocol = Literal["grpc", "http/protobuf"]
 
 #: gRPC servers (the Collector, Jaeger, Tempo) refuse messages over 4 MiB unless configured
 #: with a larger ``max_recv_msg_size_mib``. grpc-go compares the *decompressed* size, so gzip
-#: does not lift the limit: keep requests smaller (`spandata_otlp.split_request`).
+#: does not lift the limit: keep requests smaller (`otlp.requests.split_request`).
 GRPC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 _GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -1,6 +1,6 @@
 """Span records -> OTLP, without SDK objects.
 
-`encode_request` writes the protobuf wire format of an ``ExportTraceServiceRequest`` directly
+`encode_batches` writes the protobuf wire format of an ``ExportTraceServiceRequest`` directly
 (field numbers from opentelemetry-proto's trace.proto); `JsonEncoder` writes the same content as
 OTLP/JSON (hex ids, 64-bit integers as strings), the OpenTelemetry Collector file-exporter
 format. Both take `Batch`es: records that share a resource, a clock offset and thread names.
@@ -15,8 +15,6 @@ from typing import Any
 
 from otel_rl._internal import semconv
 
-SCOPE_NAME = "otel_rl"
-SCOPE_VERSION = "0.1.0"
 KIND_INTERNAL = 1
 STATUS_ERROR = 2
 STATUS_MESSAGE_MAX = 1024
@@ -96,7 +94,8 @@ def _attributes(number: int, attrs: Mapping[str, Any]) -> bytes:
 
 
 def _scope() -> bytes:
-    return _len_field(1, _len_field(1, SCOPE_NAME.encode()) + _len_field(2, SCOPE_VERSION.encode()))
+    return _len_field(1, _len_field(1, semconv.SCOPE_NAME.encode())
+                      + _len_field(2, semconv.SCOPE_VERSION.encode()))
 
 
 _SCOPE = _scope()
@@ -185,7 +184,7 @@ def resource_bytes(resource: Mapping[str, Any]) -> bytes:
     return _len_field(1, _attributes(1, resource))
 
 
-def encode_request(batches: Iterable[Batch], encoder: Encoder | None = None) -> bytes:
+def encode_batches(batches: Iterable[Batch], encoder: Encoder | None = None) -> bytes:
     """Serialise batches as one ``ExportTraceServiceRequest``."""
     enc = encoder or Encoder()
     out = []
@@ -244,9 +243,13 @@ def _json_span(record: Sequence[Any], offset: int, thread_names: Mapping[int, st
     return span
 
 
+_JSON_SCOPE = json.dumps({"name": semconv.SCOPE_NAME, "version": semconv.SCOPE_VERSION},
+                         separators=(",", ":"))
+
+
 class JsonEncoder:
     """OTLP/JSON lines (hex ids, 64-bit integers as strings) from cached string pieces; the
-    same content as `encode_request` writes as protobuf."""
+    same content as `encode_batches` writes as protobuf."""
 
     def __init__(self) -> None:
         self.names: dict[tuple[str, int, str], str] = {}
@@ -282,6 +285,6 @@ class JsonEncoder:
                                   separators=(",", ":"))
             spans = ",".join([self.span(r, batch.offset_ns, batch.thread_names)
                               for r in batch.records])
-            parts.append(f'{{"resource":{resource},"scopeSpans":[{{"scope":{{"name":"{SCOPE_NAME}",'
-                         f'"version":"{SCOPE_VERSION}"}},"spans":[{spans}]}}]}}')
+            parts.append(f'{{"resource":{resource},"scopeSpans":[{{"scope":{_JSON_SCOPE},'
+                         f'"spans":[{spans}]}}]}}')
         return '{"resourceSpans":[' + ",".join(parts) + "]}"

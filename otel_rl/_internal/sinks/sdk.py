@@ -1,27 +1,29 @@
-"""Records -> OTel SDK `ReadableSpan`s, for standard `SpanExporter`s (off the hot path)."""
+"""`SpanExporterSink`: the pipeline's records as OTel SDK `ReadableSpan`s for any standard
+`SpanExporter` (converted off the hot path)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from otel_rl._internal import semconv
-from otel_rl._internal.otlp_encode import (
-    SCOPE_NAME,
-    SCOPE_VERSION,
+from otel_rl._internal.otlp.records import (
     STATUS_MESSAGE_MAX,
     Batch,
     exception_attributes,
     extra_attributes,
 )
+from otel_rl._internal.sinks.base import Sink, Stats, span_count
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_SCOPE = InstrumentationScope(SCOPE_NAME, SCOPE_VERSION)
+_SCOPE = InstrumentationScope(semconv.SCOPE_NAME, semconv.SCOPE_VERSION)
 
 
 def to_readable_spans(batches: Sequence[Batch]) -> list[ReadableSpan]:
@@ -54,3 +56,38 @@ def to_readable_spans(batches: Sequence[Batch]) -> list[ReadableSpan]:
                 instrumentation_scope=_SCOPE,
             ))
     return spans
+
+
+class SpanExporterSink(Sink):
+    """Feeds a standard OTel `SpanExporter` with SDK `ReadableSpan`s made from the records."""
+
+    def __init__(self, exporter: SpanExporter, stats: Stats) -> None:
+        self.exporter = exporter
+        self.name = f"exporter:{type(exporter).__name__}"
+        self._stats = stats
+
+    def export(self, batches: Sequence[Batch], deadline: float) -> None:
+        n = span_count(batches)
+        if n == 0:
+            return
+        try:
+            result = self.exporter.export(to_readable_spans(batches))
+            ok = getattr(result, "name", "SUCCESS") == "SUCCESS"
+        except Exception as exc:
+            self._stats.warn_once(f"exporter-{id(self.exporter)}",
+                                  f"{type(self.exporter).__name__}.export raised {exc!r}")
+            ok = False
+        if ok:
+            self._stats.add_exported(self.name, n)
+        else:
+            self._stats.add_dropped(f"{type(self.exporter).__name__} failed", n)
+
+    def shutdown(self, deadline: float) -> None:
+        try:
+            self.exporter.force_flush(max(0, int((deadline - time.monotonic()) * 1000)))
+        except Exception:
+            pass
+        try:
+            self.exporter.shutdown()
+        except Exception:
+            pass

@@ -1,0 +1,170 @@
+"""Process state has one owner: forks, resets and the import graph (issue 10)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import otel_rl
+from otel_rl._internal import recorder, runtime
+from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+from otel_rl.timers import get_timer_tree, hierarchical_timer
+
+PACKAGE = Path(otel_rl.__file__).parent
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_with_propagation_off_neither_keeps_nor_reexports_records(
+        tmp_path: Path) -> None:
+    otel_rl.configure(spans="all", output_dir=str(tmp_path), propagate=False,
+                      flush_interval=3600)
+    rt = runtime.active()
+    assert rt is not None
+    for _ in range(50):
+        with hierarchical_timer("before_fork"):
+            pass
+    buffered = len(rt.pipeline.buffer)
+    assert buffered == 50  # unflushed at fork time
+    read_end, write_end = os.pipe()
+    with hierarchical_timer("start_child"):
+        pid = os.fork()
+        if pid == 0:  # the child: report what it sees, then leave without pytest's teardown
+            try:
+                os.close(read_end)
+                for _ in range(1000):
+                    with hierarchical_timer("child_step"):
+                        pass
+                report = {
+                    "inherited_buffer": len(rt.pipeline.buffer),
+                    "cap": recorder.buffer_cap,
+                    "runtime": runtime.current() is not None,
+                    # As with ML-Agents, the child's own tree goes on from the parent's.
+                    "child_steps": get_timer_tree()["children"]["start_child"]["children"]
+                    ["child_step"]["count"],
+                }
+                otel_rl.shutdown()  # the parent's run: nothing to flush or write from here
+                os.write(write_end, json.dumps(report).encode())
+            except BaseException as exc:
+                os.write(write_end, repr(exc).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    report = json.loads(data) if data.startswith(b"{") else data
+    # The child records no spans at all (propagation is off: a fork is like a spawned child
+    # nobody configured), so nothing piles up in the parent's buffer that nothing drains...
+    assert report == {"inherited_buffer": buffered, "cap": 0, "runtime": False,
+                      "child_steps": 1000}
+    otel_rl.shutdown()
+    # ...and the parent's unflushed records are exported once, by the parent only.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spans.otlp.jsonl", "timers.json"]
+    spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
+    assert len({s.span_id for s in spans}) == len(spans)
+    assert sum(s.name == "before_fork" for s in spans) == 50
+    assert not any(s.name == "child_step" for s in spans)
+    assert {s.resource["process.pid"] for s in spans} == {os.getpid()}
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["children"]["before_fork"]["count"] == 50
+    assert "children" not in tree["children"]["start_child"]
+
+
+def test_reset_for_tests_forgets_the_run_and_every_stack(tmp_path: Path) -> None:
+    otel_rl.configure(spans="all", output_dir=str(tmp_path))
+    with hierarchical_timer("kept_by_nobody"):
+        pass
+    runtime.reset_for_tests()
+    assert runtime.current() is None
+    assert recorder.buffer_cap == 0 and recorder.policy is None and recorder.on_new_stack is None
+    assert recorder.all_stacks() == []
+    assert "children" not in get_timer_tree()
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """otel_rl modules `module` imports anywhere (function bodies too), except under
+    ``if TYPE_CHECKING:``, which never runs."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "otel_rl"}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return {name: {target for target in _imports(path, name)
+                   if target in modules and target != name}
+            for name, path in modules.items()}
+
+
+def test_otel_rl_modules_import_each_other_without_cycles() -> None:
+    graph = _module_graph()
+    assert len(graph) > 40 and graph["otel_rl._internal.runtime"]
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target):], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_carrier_is_a_leaf() -> None:
+    graph = _module_graph()
+    assert graph["otel_rl._internal.carrier"] <= {"otel_rl._internal", "otel_rl._internal.log"}
+    assert "otel_rl._internal.propagation" not in graph["otel_rl._internal.runtime"]
+
+
+def test_testing_module_imports_without_pytest() -> None:
+    code = ("import sys\n"
+            "class NoPytest:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'pytest' or name.startswith(('pytest.', '_pytest')):\n"
+            "            raise ImportError(name)\n"
+            "sys.meta_path.insert(0, NoPytest())\n"
+            "import otel_rl.testing as t\n"
+            "from otel_rl.timers import hierarchical_timer\n"
+            "with t.capture_spans() as c:\n"
+            "    with hierarchical_timer('update'):\n"
+            "        pass\n"
+            "print(c.names(), hasattr(t, 'otel_rl_capture'), 'pytest' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['update',", "'run']", "False", "False"]
