@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.recorder import Record
 from otel_rl._internal.sinks.base import Sink, Stats
+from otel_rl._internal.threads import start_daemon
 
 __all__ = ["Pipeline"]
 
@@ -46,8 +47,7 @@ class Pipeline:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="otel_rl-flush", daemon=True)
-            self._thread.start()
+            self._thread = start_daemon("otel_rl-flush", self._loop)
 
     def add_relayed(self, batch: Batch) -> None:
         if len(self.relayed) >= self.max_relayed:

@@ -21,6 +21,7 @@ from typing import Any
 from otel_rl._internal import log
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Sink, Stats
+from otel_rl._internal.threads import start_daemon
 
 _HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2
@@ -116,8 +117,7 @@ class RelayServer:
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._owner_pid = os.getpid()
-        self._thread = threading.Thread(target=self._loop, name="otel_rl-relay", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon("otel_rl-relay", self._loop)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
