@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from otel_rl._internal.spandata_otlp import encode_request, request_to_json_line
 
 from otel_rl._internal import semconv
 from otel_rl._internal.cli import main
+from otel_rl._internal.otlp.requests import request_to_json_line
+from otel_rl._internal.otlp.spans import encode_spans
 from otel_rl._internal.readers.boundary import parse_json
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
@@ -43,7 +44,7 @@ def deep_spans(depth: int) -> list[SpanData]:
 
 
 def write_spans(path: Path, spans: list[SpanData]) -> Path:
-    path.write_text(request_to_json_line(encode_request(spans)) + "\n", encoding="utf-8")
+    path.write_text(request_to_json_line(encode_spans(spans)) + "\n", encoding="utf-8")
     return path
 
 
