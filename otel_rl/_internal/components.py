@@ -58,16 +58,19 @@ class Component:
         self.start_ns = perf_counter_ns()
 
 
+#: Sample Factory's default Timing name: a Timing nobody named is no component.
+UNNAMED = "Profile"
+
 _stacks: dict[tuple[int, str], TimerStack] = {}
 _lock = threading.Lock()
 
 
 def stack_for(name: str) -> TimerStack | None:
     """The component stack for the Timing `name` in this thread, or None where the Timing's
-    blocks stay on the thread's own stack: otel_rl off, the run's own thread, or already
-    inside another component's block."""
+    blocks stay on the thread's own stack: otel_rl off, an unnamed Timing, the run's own
+    thread, or already inside another component's block."""
     rt = runtime.current()
-    if rt is None or rt.closed or rt.pid != os.getpid():
+    if rt is None or rt.closed or rt.pid != os.getpid() or name == UNNAMED:
         return None
     st = recorder.thread_stack()
     if st.component is not None:
