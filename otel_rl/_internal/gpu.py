@@ -175,7 +175,9 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
         if _capturing(api):
             return None  # an event recorded into a CUDA graph capture would break the capture
         stream = api.current_stream()
-        device = stream.device_index
+        device = getattr(stream, "device_index", None)
+        if device is None:  # torch versions name it differently; all have `device`
+            device = stream.device.index or 0
         start = _event(api, device)
         start.record(stream)
     except Exception as exc:
