@@ -132,3 +132,12 @@ def test_otel_rl_run_writes_the_html_report(runs: Runs) -> None:
     report = (runs.out / "report.html").read_text(encoding="utf-8")
     assert "trainer_threads" in report and "TimedSimpleEnvironment.step" in report
     assert f"wrote {runs.out / 'report.html'}" in runs.otel.stderr
+
+
+def test_what_needs_the_otlp_extra_says_so_in_one_line(runs: Runs) -> None:
+    # The ML-Agents venv has protobuf 3.20 but, installed plainly, not opentelemetry-proto.
+    done = runs.venv.run(runs.venv.bin / "otel-rl", "replay", runs.out / "spans.otlp.jsonl",
+                         "--endpoint", "http://127.0.0.1:9", cwd=runs.root)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "pip install 'otel-rl[otlp]'" in done.stderr
