@@ -18,6 +18,8 @@ Every ``otel-rl`` command exits with one of these codes (README, "Exit codes"):
 
 from __future__ import annotations
 
+import reprlib
+
 EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
@@ -72,5 +74,18 @@ def shown(value: object, width: int = 40) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         # str() refuses more than 4,300 digits; the count is all a reader needs anyway.
         return f"a number of {int(value.bit_length() * 0.30103) + 1} digits"
-    text = repr(value) if isinstance(value, str) else one_line(repr(value))
-    return shorten(text, width)
+    if isinstance(value, str):
+        return shorten(repr(value[: width + 2]), width)
+    # reprlib stops at a few levels and items: a value from a file can be nested 10,000 deep.
+    return shorten(one_line(_REPR.repr(value)), width)
+
+
+def _make_repr() -> reprlib.Repr:
+    limits = reprlib.Repr()
+    limits.maxlevel = 3
+    limits.maxstring = limits.maxother = limits.maxlong = 40
+    limits.maxlist = limits.maxdict = limits.maxtuple = 4
+    return limits
+
+
+_REPR = _make_repr()

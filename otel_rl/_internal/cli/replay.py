@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import urllib.parse
 from collections.abc import Sequence
 
 from otel_rl._internal.errors import (
@@ -17,6 +18,7 @@ from otel_rl._internal.errors import (
     UnavailableError,
     UsageError,
     UserError,
+    one_line,
     shown,
 )
 from otel_rl._internal.otlp.requests import (
@@ -85,6 +87,7 @@ def make_transport(args: argparse.Namespace) -> OtlpTransport:
         if not sep or not key.strip():
             raise UsageError(f"--header {shown(item)}: expected K=V")
         headers[key.strip()] = value.strip()
+    _check_endpoint(args.endpoint)
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= 24 * 3600):
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     try:
@@ -98,6 +101,25 @@ def make_transport(args: argparse.Namespace) -> OtlpTransport:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """Refuse what no transport could connect to, before anything is read or sent."""
+    text = endpoint.strip()
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        raise UsageError(f"--endpoint {shown(endpoint)}: not a host:port or a URL")
+    try:
+        if "://" in text:
+            port = urllib.parse.urlsplit(text).port
+        else:
+            host, _, port_text = text.rpartition(":")
+            if not host or not port_text.isdigit():
+                raise ValueError("expected host:port")
+            port = int(port_text)
+    except ValueError as exc:
+        raise UsageError(f"--endpoint {shown(endpoint)}: {one_line(exc)}") from None
+    if port is not None and not 0 < port < 65536:
+        raise UsageError(f"--endpoint {shown(endpoint)}: port {port} is out of range")
 
 
 def send_all(transport: OtlpTransport, requests: Sequence[tuple[bytes, int]], what: str) -> None:

@@ -169,7 +169,7 @@ def any_value(value: Any, where: str, depth: int = 0) -> Any:
     if "bytesValue" in obj or "bytes_value" in obj:
         encoded = _typed(_get(obj, "bytesValue", "bytes_value"), str, where, "bytesValue")
         try:
-            return base64.b64decode(encoded)
+            return base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise UserError(f"{where}: 'bytesValue' is not base64") from None
     return None  # an empty AnyValue
@@ -189,7 +189,10 @@ def _attributes(items: list[Any], where: str, depth: int = 0) -> dict[str, Any]:
 def _is_error(status: Any, where: str) -> bool:
     if status is None:
         return False
-    code = _object(status, f"{where}.status").get("code", 0)
+    status_obj = _object(status, f"{where}.status")
+    if not isinstance(status_obj.get("message", ""), str):
+        raise UserError(f"{where}.status: 'message' must be a string")
+    code = status_obj.get("code", 0)
     if isinstance(code, str):
         return code.strip().upper() in ("STATUS_CODE_ERROR", "ERROR", str(_STATUS_CODE_ERROR))
     if not isinstance(code, int) or isinstance(code, bool):
@@ -206,6 +209,7 @@ def _span(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
     span_id = decode_id(_get(span, "spanId", "span_id"), 8, where, "spanId")
     if not trace_id or not span_id:
         raise UserError(f"{where}: span {shown(name)} has no traceId or spanId")
+    _check_plain_fields(span, where)
     start = _get(span, "startTimeUnixNano", "start_time_unix_nano")
     end = _get(span, "endTimeUnixNano", "end_time_unix_nano")
     if start is None or end is None:
@@ -237,12 +241,13 @@ def _span(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
     for i, link in enumerate(_list(span, "links", "links", where)):
         link_where = f"{where}.links[{i}]"
         link_obj = _object(link, link_where)
-        links.append(
-            (
-                decode_id(_get(link_obj, "traceId", "trace_id"), 16, link_where, "traceId"),
-                decode_id(_get(link_obj, "spanId", "span_id"), 8, link_where, "spanId"),
-            )
+        link_ids = (
+            decode_id(_get(link_obj, "traceId", "trace_id"), 16, link_where, "traceId"),
+            decode_id(_get(link_obj, "spanId", "span_id"), 8, link_where, "spanId"),
         )
+        if not all(link_ids):
+            raise UserError(f"{link_where}: a link needs a traceId and a spanId")
+        links.append(link_ids)
     data = SpanData(
         trace_id=trace_id,
         span_id=span_id,
@@ -262,6 +267,35 @@ def _span(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
     return data
 
 
+#: Span fields otel_rl does not use, and the JSON types OTLP gives them (checked all the same:
+#: a file with a list where a number belongs is not what it claims to be).
+_PLAIN_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
+    ("kind", "kind", (int, str)),
+    ("flags", "flags", (int,)),
+    ("traceState", "trace_state", (str,)),
+    ("droppedAttributesCount", "dropped_attributes_count", (int,)),
+    ("droppedEventsCount", "dropped_events_count", (int,)),
+    ("droppedLinksCount", "dropped_links_count", (int,)),
+)
+
+
+def _check_plain_fields(span: dict[str, Any], where: str) -> None:
+    for json_name, proto_name, types in _PLAIN_FIELDS:
+        value = _get(span, json_name, proto_name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise UserError(f"{where}: '{json_name}' has the wrong type ({shown(value)})")
+
+
+def _scope(scope_obj: dict[str, Any], where: str) -> None:
+    scope = scope_obj.get("scope")
+    if scope is None:
+        return
+    scope = _object(scope, f"{where}.scope")
+    for key in ("name", "version"):
+        if not isinstance(scope.get(key, ""), str):
+            raise UserError(f"{where}.scope: '{key}' must be a string")
+
+
 def spans_from_resource_spans(
     resource_spans: Any, where: str, path: str = "resourceSpans"
 ) -> list[SpanData]:
@@ -275,7 +309,9 @@ def spans_from_resource_spans(
     for i, item in enumerate(resource_spans):
         rs_where = f"{where}: {path}[{i}]"
         rs = _object(item, rs_where)
-        resource_obj = rs.get("resource") or {}
+        resource_obj = rs.get("resource")
+        if resource_obj is None:
+            resource_obj = {}
         resource = _attributes(
             _list(_object(resource_obj, rs_where), "attributes", "attributes", rs_where),
             f"{rs_where}.resource",
@@ -287,6 +323,7 @@ def spans_from_resource_spans(
         for j, scope in enumerate(scopes):
             ss_where = f"{rs_where}.scopeSpans[{j}]"
             scope_obj = _object(scope, ss_where)
+            _scope(scope_obj, ss_where)
             for k, span in enumerate(_list(scope_obj, "spans", "spans", ss_where)):
                 spans.append(_span(span, resource, f"{ss_where}.spans[{k}]"))
     return spans

@@ -52,6 +52,13 @@ def check_span(span: SpanData, where: str) -> None:
         value = attributes.get(key)
         if value is not None and not isinstance(value, bool):
             raise _bad(where, span, key, "true or false", value)
+    seconds = attributes.get(semconv.GPU_SECONDS)
+    if seconds is not None and not (_finite_number(seconds) and seconds >= 0):
+        raise _bad(where, span, semconv.GPU_SECONDS, "a finite, non-negative number", seconds)
+    for key in (semconv.GPU_COUNT,):
+        value = attributes.get(key)
+        if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
+            raise _bad(where, span, key, "a non-negative integer", value)
     count = attributes.get(semconv.COUNT)
     if count is not None and not (_is_int(count) and 0 <= count <= _MAX_COUNT):
         raise _bad(where, span, semconv.COUNT, "a non-negative integer", count)
