@@ -40,6 +40,7 @@ from otel_rl._internal.demo.policy import (
     value_loss_and_grads,
 )
 from otel_rl._internal.demo.trainer import AgentProcessor, PPOTrainer, Trajectory
+from tests.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -527,6 +528,7 @@ def test_demo_stops_cleanly_on_ctrl_c_and_keeps_its_model_and_timers(tmp_path: P
         [sys.executable, "-m", "otel_rl", "demo", "--steps", "100000000", "--output", str(tmp_path)],
         cwd=REPO, env=_cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # its own process group, like a terminal's foreground job
+        preexec_fn=default_signals,  # SIGINT as a terminal's job has it, however pytest runs
     )
     try:
         assert proc.stdout is not None

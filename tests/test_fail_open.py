@@ -19,6 +19,7 @@ import pytest
 import otel_rl
 from otel_rl._internal import config
 from otel_rl.timers import get_timer_tree, hierarchical_timer
+from tests.signals import default_signals
 
 
 def train(steps: int = 200) -> None:
@@ -305,7 +306,7 @@ def test_ctrl_c_still_exits_as_killed_by_sigint(tmp_path: Path) -> None:
         "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
         "time.sleep(30)\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, preexec_fn=default_signals)
     assert proc.returncode == -2, proc.stderr
     assert "KeyboardInterrupt" in proc.stderr and "were not exported" in proc.stderr
     assert json.loads((tmp_path / "timers.json").read_text())["children"]["x"]["count"] == 5

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.signals import default_signals
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytest.importorskip("mlagents_envs")
@@ -314,6 +316,7 @@ def test_signals_are_forwarded_to_the_program(tmp_path: Path, signum: int, expec
         [sys.executable, "-c", _BOOTSTRAP, "run", "--", "wait.py"],
         cwd=tmp_path,
         env=environ,
+        preexec_fn=default_signals,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
