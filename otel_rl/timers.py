@@ -55,6 +55,9 @@ __all__ = [
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
+#: What ML-Agents names a block timed by a @timed stacked on another (its wrapper's qualname).
+_STACKED_NAME = "timed.<locals>.wrapped"
+
 
 def _get_thread_timer() -> TimerStack:
     return thread_stack()
@@ -87,7 +90,10 @@ def timed(func: FuncT | None = None, *, gpu: bool | None = None) -> Any:
     """
     if func is None:
         return lambda f: timed(f, gpu=gpu)
-    name = func.__qualname__
+    # ML-Agents names a block after the function; a @timed on top of another after the inner
+    # wrapper, whose __qualname__ there is "timed.<locals>.wrapped". Ours carries the function's
+    # own __qualname__ instead, so that pickle finds it by name (a spawn pool's task).
+    name = _STACKED_NAME if getattr(func, "_otel_rl_timed", False) else func.__qualname__
 
     if gpu is None:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -98,9 +104,8 @@ def timed(func: FuncT | None = None, *, gpu: bool | None = None) -> Any:
             with hierarchical_timer(name, None, gpu):
                 return func(*args, **kwargs)
 
-    # Name and docs for introspection, but not __qualname__: ML-Agents' wrapper keeps its own
-    # ("timed.<locals>.wrapped"), which is what a second @timed on top is named after.
-    functools.update_wrapper(wrapped, func, assigned=("__module__", "__name__", "__doc__"))
+    functools.update_wrapper(wrapped, func)
+    wrapped._otel_rl_timed = True  # type: ignore[attr-defined]
     return wrapped
 
 

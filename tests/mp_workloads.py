@@ -16,6 +16,16 @@ def env_step() -> None:
         pass
 
 
+@timed
+def timed_double(x: int) -> int:
+    return x * 2
+
+
+@hierarchical_timer("decorated_block")
+def decorated_double(x: int) -> int:
+    return x * 2
+
+
 def worker(n: int) -> None:
     for _ in range(n):
         env_step()

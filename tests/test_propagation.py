@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -125,6 +126,31 @@ def test_process_pool_executor_reuses_workers_with_context_per_task(tmp_path: Pa
     assert node(tree, "phase_a", "task")["is_parallel"]
     tasks = [s for s in spans if s.name == "task"]
     assert sorted(parent_name(s, by_id) for s in tasks) == ["phase_a"] * 4 + ["phase_b"] * 4
+
+
+def test_timed_functions_are_spawn_pool_tasks(tmp_path: Path) -> None:
+    # Pickled by reference, like any module-level function (ML-Agents' @timed cannot be).
+    assert pickle.loads(pickle.dumps(w.timed_double)) is w.timed_double
+    assert pickle.loads(pickle.dumps(w.decorated_double)) is w.decorated_double
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:  # otel_rl off
+        assert list(pool.map(w.timed_double, range(4))) == [0, 2, 4, 6]
+    configure(tmp_path)
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        with hierarchical_timer("submit"):
+            futures = [pool.submit(w.timed_double, i) for i in range(4)]
+            futures += [pool.submit(w.decorated_double, i) for i in range(3)]
+            assert [f.result() for f in futures] == [0, 2, 4, 6, 0, 2, 4]
+    with mp.get_context("spawn").Pool(2) as mp_pool:
+        with hierarchical_timer("map"):
+            assert mp_pool.map(w.timed_double, range(5)) == [0, 2, 4, 6, 8]
+    otel_rl.shutdown()
+    tree, spans = results(tmp_path)
+    check_trace(tree, spans, processes={3, 4, 5}, contained=False)
+    assert node(tree, "submit", "timed_double")["count"] == 4
+    assert node(tree, "submit", "timed_double")["is_parallel"]
+    assert node(tree, "submit", "decorated_block")["count"] == 3
+    assert node(tree, "map", "timed_double")["count"] == 5
+    assert sum(s.name == "timed_double" for s in spans) == 9
 
 
 def test_multiprocessing_pool(tmp_path: Path) -> None:

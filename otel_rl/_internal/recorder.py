@@ -12,6 +12,7 @@ trace_id, extra)`` with `perf_counter_ns` times; `extra` is None or a dict with 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -682,7 +683,8 @@ class hierarchical_timer:
             with hierarchical_timer(name, stack, gpu):
                 return func(*args, **kwargs)
 
-        wrapped.__wrapped__ = func  # type: ignore[attr-defined]
+        # The function's names (as contextlib's decorators do): pickle finds it by them.
+        functools.update_wrapper(wrapped, func)
         return wrapped
 
 
