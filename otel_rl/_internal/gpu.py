@@ -416,6 +416,8 @@ def ready(records: list[Record]) -> list[Record]:
         extra = dict(record[7]) if record[7] else {}
         extra["attrs"] = {**(extra.get("attrs") or {}), **attrs}
         out.append((*record[:7], extra))  # type: ignore[arg-type]
+    if _closing:
+        spans.clear()  # the last drain: what is left belongs to spans that were not kept
     return out
 
 
