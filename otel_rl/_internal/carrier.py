@@ -30,8 +30,8 @@ class Context:
     """A parsed carrier: where in which trace a worker continues."""
 
     __slots__ = ("budget", "external", "index", "offset_ns", "path", "pid", "relay", "role",
-                 "run_id", "run_span", "run_trace", "sampled", "settings", "span_id", "tid",
-                 "trace_id")
+                 "run_id", "run_span", "run_trace", "sampled", "settings", "span_id", "t0_ns",
+                 "tid", "trace_id")
 
     def __init__(self, trace_id: int, span_id: int, sampled: bool) -> None:
         self.trace_id = trace_id
@@ -48,6 +48,7 @@ class Context:
         self.index: int | None = None
         self.run_trace: int | None = None
         self.run_span: int | None = None
+        self.t0_ns: int | None = None  # the run's start (Unix ns): window 0 begins there
         #: Settings handed down by the parent (names of the table's `carried` rows).
         self.settings: dict[str, Any] = {}
         #: Only a traceparent, no otel_rl context: a trace from outside (a traced CI job).
@@ -104,6 +105,8 @@ def parse(carrier: Mapping[str, str]) -> Context | None:
             ctx.index = data.get("index")
             if data.get("run"):
                 ctx.run_trace, ctx.run_span = (int(x, 16) for x in data["run"])
+            if data.get("t0") is not None:
+                ctx.t0_ns = int(data["t0"])
             settings = data.get("settings") or {}
             if not isinstance(settings, dict):
                 raise TypeError("settings")

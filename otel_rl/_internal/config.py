@@ -217,9 +217,12 @@ TABLE: tuple[_Setting, ...] = (
              "all | auto | off", _check_choice(SPAN_POLICIES), carried=True),
     _Setting("span_budget", ("OTEL_RL_SPAN_BUDGET",), _parse_positive_int, 10_000,
              "most spans in one trace under `auto`", _check_positive(int), carried=True),
-    _Setting("sample_every", ("OTEL_RL_SAMPLE_EVERY",), _parse_positive_int, 100,
-             "under `auto` past the budget: keep every Nth iteration (plus slow outliers)",
+    _Setting("sample_every", ("OTEL_RL_SAMPLE_EVERY",), _parse_positive_int, 10,
+             "under `auto`: keep every Nth time window whole (plus windows with outliers)",
              _check_positive(int), carried=True),
+    _Setting("window", ("OTEL_RL_WINDOW",), _parse_positive_float, 10.0,
+             "under `auto`: seconds per time window (one trace per kept window)",
+             _check_positive(float), carried=True),
     _Setting("max_buffer", ("OTEL_RL_MAX_BUFFER",), _parse_positive_int, 500_000,
              "most span records held before new ones are dropped (counted)",
              _check_positive(int), carried=True),
@@ -263,7 +266,8 @@ _SETTINGS_DEFAULTS: dict[str, Any] = {
     "protocol": "http/protobuf", "headers": {}, "compression": "none", "timeout": 10.0,
     "insecure": None, "certificate": None, "client_key": None, "client_certificate": None,
     "disabled": False, "resource_attributes": {}, "output_dir": None, "run_id": "",
-    "spans": "auto", "span_budget": 10_000, "sample_every": 100, "max_buffer": 500_000,
+    "spans": "auto", "span_budget": 10_000, "sample_every": 10, "window": 10.0,
+    "max_buffer": 500_000,
     "flush_interval": 2.0, "batch_size": 2048, "shutdown_timeout": 5.0, "propagate": True,
     "timers_interval": 60.0, "handle_sigterm": True, "gpu_blocks": (), "gpu_timeout": 10.0,
     "inherit_context": True, "worker_role": None, "worker_index": None, "exporters": (),
@@ -292,6 +296,7 @@ class Settings:
     spans: str
     span_budget: int
     sample_every: int
+    window: float
     max_buffer: int
     flush_interval: float
     batch_size: int

@@ -29,7 +29,9 @@ class Pipeline:
     def __init__(self, *, resource: Mapping[str, object], offset_ns: int,
                  thread_names: dict[int, str], sinks: Sequence[Sink], stats: Stats,
                  flush_interval: float, max_relayed: int,
-                 on_flush: Callable[[float], None] | None = None) -> None:
+                 on_flush: Callable[[float], None] | None = None,
+                 transform: Callable[[list[Batch], bool], list[Batch]] | None = None,
+                 after_flush: Callable[[], None] | None = None) -> None:
         self.buffer: deque[Record] = deque()
         self.relayed: deque[Batch] = deque()
         self.resource = resource
@@ -40,6 +42,11 @@ class Pipeline:
         self.flush_interval = flush_interval
         self.max_relayed = max_relayed
         self.on_flush = on_flush
+        # The `auto` policy's windows (`windows.Windower.process_now`), and what to do once a
+        # flush has been exported (write the timers.json of the aggregate just sent).
+        self.transform = transform
+        self.after_flush = after_flush
+        self._final = False
         self.wake = threading.Event()
         self._stop = False
         self._flush_lock = threading.Lock()
@@ -92,10 +99,13 @@ class Pipeline:
                 if self.on_flush is not None:
                     self.on_flush(deadline)
                 batches = self._drain()
-                if not batches:
-                    return
-                for sink in self.sinks:
-                    sink.export(batches, deadline)
+                if self.transform is not None:
+                    batches = self.transform(batches, self._final)
+                if batches:
+                    for sink in self.sinks:
+                        sink.export(batches, deadline)
+                if self.after_flush is not None:
+                    self.after_flush()
             except Exception as exc:  # never let a bug in export reach the training loop
                 self.stats.warn_once(f"flush-{type(exc).__name__}", f"flush failed: {exc!r}")
 
@@ -108,6 +118,7 @@ class Pipeline:
         if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return  # a flush is stuck past the deadline; exit anyway
         self._flush_lock.release()
+        self._final = True
         self.flush(deadline)
         for sink in self.sinks:
             try:

@@ -8,6 +8,9 @@ Span records are tuples ``(span_id, parent_span_id, name, start_ns, end_ns, thre
 trace_id, extra)`` with `perf_counter_ns` times; `extra` is None or a dict with any of
 ``error`` (type, message, stacktrace), ``link`` (trace_id, span_id), ``sampled`` (str),
 ``attrs`` (dict).
+
+The records are the same under the `all` and `auto` policies: which of them a backend gets
+is decided off the hot path (`windows.Windower`, in the pipeline).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
 from types import TracebackType
@@ -130,9 +132,9 @@ class Base:
 
 
 class Trace:
-    """One trace this process adds spans to: its id, how many spans it has reserved, and
-    where its records go (the export buffer, or a pending list while an iteration's fate
-    under the `auto` policy is open)."""
+    """One trace this process adds spans to: its id, its share of the span budget (handed on
+    to child processes), and where its records go (the export buffer, or `DISCARD` for a
+    trace the parent does not sample)."""
 
     __slots__ = ("budget", "link", "n", "sampled", "sink", "trace_id")
 
@@ -146,12 +148,40 @@ class Trace:
         self.sampled = sampled
 
 
+class _Discard:
+    """A sink that keeps nothing (a carrier that says "not sampled")."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return 0
+
+    def append(self, record: Any) -> None:
+        pass
+
+
+DISCARD: Any = _Discard()
+
+
+class OpenRoot:
+    """The bottom of a stack's chain of open blocks: the span its top-level blocks hang under
+    (the block that started the thread or process, or the run span)."""
+
+    __slots__ = ("_name", "_sid", "_start", "_up")
+
+    def __init__(self, span_id: int) -> None:
+        self._sid = span_id
+        self._up = None
+        self._name = ""
+        self._start = 0
+
+
 class TimerStack:
     """All the time spent in one thread (or an explicitly passed stack)."""
 
     __slots__ = ("base", "component", "dropped", "fork_path", "gauges", "merged_gauge_counts",
-                 "metadata", "pid", "retired", "retired_gauges", "root", "run_start", "span",
-                 "stack", "start_time", "tid", "tname", "trace")
+                 "metadata", "pid", "retired", "retired_gauges", "root", "run_start", "stack",
+                 "start_time", "tid", "tname", "top", "trace")
 
     def __init__(self) -> None:
         current = threading.current_thread()
@@ -179,8 +209,29 @@ class TimerStack:
         self.component: Any = None
         self.base: Base | None = None
         self.trace: Trace | None = None
-        self.span = 0
+        # The innermost open block (a `hierarchical_timer`, each linking to the one it is
+        # nested in) down to an `OpenRoot`: parent span ids, and what is still open at a
+        # window's close or at shutdown.
+        self.top: Any = OpenRoot(0)
         _register_stack(self)
+
+    @property
+    def span(self) -> int:
+        """The span id new blocks in this stack hang under (0: none)."""
+        return self.top._sid  # type: ignore[no-any-return]
+
+    def open_blocks(self) -> list[tuple[int, int, str, int]]:
+        """(span id, parent span id, name, start ns) of the blocks open now, innermost first.
+        Safe to call from another thread: it only reads links that are replaced whole."""
+        result = []
+        node = self.top
+        while node is not None and node._up is not None:
+            up = node._up
+            start = getattr(node, "_start", None)  # None: entered a moment ago
+            if start is not None:
+                result.append((node._sid, up._sid, node._name, start))
+            node = up
+        return result
 
     def reset(self) -> None:
         """Start over (ML-Agents semantics). The whole-run tree keeps what was recorded."""
@@ -306,32 +357,23 @@ on_new_stack: Callable[[TimerStack], None] | None = None
 on_merge: Callable[[TimerNode, tuple[int, int]], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 while disarmed.
 buffer_cap = 0
-#: Records of kept outlier iterations that no longer fitted in the buffer (counted as drops).
-outlier_overflow = 0
-#: While armed: decides which iterations of a full trace are kept (the `auto` span policy).
-policy: IterationPolicy | None = None
 _ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
 _random: Any = None
 
 
-def arm(iteration_policy: IterationPolicy | None, cap: int,
-        new_stack_hook: Callable[[TimerStack], None] | None,
+def arm(cap: int, new_stack_hook: Callable[[TimerStack], None] | None,
         merge_hook: Callable[[TimerNode, tuple[int, int]], None] | None = None) -> None:
-    """Record spans: stacks with a trace append records (up to `cap` per buffer), full traces
-    begin iterations under `iteration_policy`, every new stack goes to `new_stack_hook`, and
-    merges of tagged roots to `merge_hook`."""
-    global policy, buffer_cap, on_new_stack, on_merge
-    policy, buffer_cap, on_new_stack = iteration_policy, cap, new_stack_hook
+    """Record spans: stacks with a trace append records (up to `cap` per buffer), every new
+    stack goes to `new_stack_hook`, and merges of tagged roots to `merge_hook`."""
+    global buffer_cap, on_new_stack, on_merge
+    buffer_cap, on_new_stack = cap, new_stack_hook
     on_merge = merge_hook
 
 
-def disarm() -> int:
-    """Stop recording spans (aggregates go on); returns, and forgets, the outlier records that
-    did not fit in the buffer since `arm` (for the drop count)."""
-    global policy, buffer_cap, on_new_stack, outlier_overflow
-    policy, buffer_cap, on_new_stack = None, 0, None
-    overflow, outlier_overflow = outlier_overflow, 0
-    return overflow
+def disarm() -> None:
+    """Stop recording spans (aggregates go on)."""
+    global buffer_cap, on_new_stack
+    buffer_cap, on_new_stack = 0, None
 
 
 def _register_stack(stack: TimerStack) -> None:
@@ -469,7 +511,7 @@ def reset_after_fork() -> TimerStack:
     survivor.fork_path = tuple(node.name for node in survivor.stack[1:])
     survivor.base = None
     survivor.trace = None
-    survivor.span = 0
+    survivor.top = OpenRoot(0)
     _thread_timer_stacks[ident] = survivor
     _all_stacks.append(survivor)
     return survivor
@@ -481,93 +523,6 @@ def _mark_inherited(node: TimerNode) -> None:
     node.gpu_total, node.gpu_count = 0.0, 0  # the parent's; ML-Agents' tree never shows them
     for child in node.children.values():
         _mark_inherited(child)
-
-
-# --- Iterations under the `auto` policy -----------------------------------------------------
-
-class IterationPolicy:
-    """Decides, once a trace is full, which iterations get their own exported trace: one in
-    every `sample_every` per name, plus slow outliers (judged when the iteration ends)."""
-
-    __slots__ = ("budget", "buffer", "names", "sample_every")
-
-    def __init__(self, budget: int, sample_every: int, buffer: deque[Record]) -> None:
-        self.budget = budget
-        self.sample_every = sample_every
-        self.buffer = buffer
-        # Per iteration name: [begun, n, mean, m2] (Welford over durations in ns), then
-        # [room, last kept outlier (ns)]: outliers earn no more room than the schedule (one
-        # per `sample_every` iterations), except one at least twice as slow as the last one
-        # kept, so the slowest always win.
-        self.names: dict[str, list[float]] = {}
-
-    def _state(self, name: str) -> list[float]:
-        state = self.names.get(name)
-        if state is None:
-            state = self.names[name] = [0, 0.0, 0.0, 0.0, 1.0, 0.0]
-        return state
-
-    def begin(self, name: str, link: tuple[int, int]) -> Trace:
-        state = self._state(name)
-        k = int(state[0])
-        state[0] = k + 1
-        if k % self.sample_every == 0:
-            return Trace(new_trace_id(), self.budget, self.buffer, link, "schedule")
-        return Trace(new_trace_id(), self.budget, [], link, None)
-
-    def end(self, trace: Trace, name: str, duration_ns: int) -> str | None:
-        """How the finished iteration is kept: "schedule", "outlier" or None (dropped)."""
-        state = self._state(name)
-        _begun, n, mean, m2, room, last = state
-        verdict = trace.sampled
-        room = min(1.0, room + 1.0 / self.sample_every)
-        if verdict is None and n >= 20:
-            std = math.sqrt(m2 / (n - 1))
-            if (duration_ns > mean + 3.0 * std and duration_ns > 1.5 * mean
-                    and (room >= 1.0 or duration_ns >= 2.0 * last)):
-                verdict = "outlier"
-                room, last = max(0.0, room - 1.0), duration_ns
-        n += 1
-        delta = duration_ns - mean
-        mean += delta / n
-        state[1:] = [n, mean, m2 + delta * (duration_ns - mean), room, last]
-        return verdict
-
-
-
-def _begin_iteration(st: TimerStack, full: Trace, name: str) -> Trace | None:
-    it = policy
-    if it is None or buffer_cap == 0:
-        st.trace = None
-        return None
-    trace = it.begin(name, (full.trace_id, st.span))
-    trace.n = 1
-    st.trace = trace
-    return trace
-
-
-def _end_iteration(trace: Trace, record: Record) -> None:
-    it = policy
-    if it is None:
-        return
-    sid, _parent, name, start, end, tid, trace_id, extra = record
-    verdict = it.end(trace, name, end - start)
-    if verdict is None:
-        return
-    extra = dict(extra) if extra else {}
-    extra["sampled"] = verdict
-    if trace.link is not None:
-        extra["link"] = trace.link
-    buffer = it.buffer
-    if trace.sink is not buffer:  # pending records of an outlier join the export buffer
-        global outlier_overflow
-        pending = trace.sink
-        room = max(0, buffer_cap - len(buffer))
-        buffer.extend(pending[:room])
-        outlier_overflow += max(0, len(pending) - room)
-        trace.sink = buffer
-    if len(buffer) < buffer_cap:
-        buffer.append((sid, 0, name, start, end, tid, trace_id, extra))
 
 
 def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
@@ -601,8 +556,8 @@ class hierarchical_timer:
     GPU time is measured too, with CUDA events (see `otel_rl._internal.gpu`).
     """
 
-    __slots__ = ("_frames", "_gpu", "_gpu_opt", "_name", "_node", "_psid", "_ptr", "_sid", "_st",
-                 "_stack", "_start", "_tr")
+    __slots__ = ("_frames", "_gpu", "_gpu_opt", "_name", "_node", "_sid", "_st", "_stack",
+                 "_start", "_tr", "_up")
     _gpu: Any  # GpuTimer's pending event pair
     _gpu_opt: bool  # an explicit gpu= choice, kept for the decorator form
 
@@ -633,17 +588,10 @@ class hierarchical_timer:
         tr = st.trace
         if tr is not None:
             self._st = st
-            self._ptr = tr
-            if tr.n < tr.budget:
-                tr.n += 1
-            else:
-                tr = _begin_iteration(st, tr, name)
-            self._tr = tr
-            if tr is not None:
-                self._psid = st.span
-                st.span = self._sid = next(_ids)
-        else:
-            self._tr = None
+            self._up = st.top
+            st.top = self
+            self._sid = next(_ids)
+        self._tr = tr
         self._start = perf_counter_ns()
         return node
 
@@ -659,15 +607,10 @@ class hierarchical_timer:
         if tr is None:
             return
         st = self._st
-        psid = self._psid
-        st.span = psid
-        record = (self._sid, psid, self._name, start, end, st.tid, tr.trace_id,
+        up = self._up
+        st.top = up
+        record = (self._sid, up._sid, self._name, start, end, st.tid, tr.trace_id,
                   None if exc_type is None else _error_extra(exc_type, exc, tb))
-        ptr = self._ptr
-        if tr is not ptr:  # this block began an iteration of its own (auto policy)
-            st.trace = ptr
-            _end_iteration(tr, record)
-            return
         sink = tr.sink
         if len(sink) < buffer_cap:
             sink.append(record)

@@ -26,11 +26,12 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import carrier, log, placement, recorder, semconv, wholerun
+from otel_rl._internal import aggregates, carrier, log, placement, recorder, semconv, wholerun
 from otel_rl._internal.carrier import Carrier, Context
 from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.pipeline import Pipeline
-from otel_rl._internal.recorder import Base, IterationPolicy, TimerStack, Trace
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 
@@ -90,9 +91,14 @@ class Runtime:
                                  thread_names=self.thread_names, sinks=sinks, stats=self.stats,
                                  flush_interval=settings.flush_interval,
                                  max_relayed=max(64, settings.max_buffer // 64),
-                                 on_flush=self._on_flush)
+                                 on_flush=self._on_flush, after_flush=self._after_flush)
         self.last_timers_write = time.monotonic()
         self.finished = False
+        self.aggregate_seq = 0
+        self.aggregate_source = f"{socket.gethostname()}:{self.pid}:{recorder.new_span_id():x}"
+        self.pending_timers: dict[str, Any] | None = None
+        self.t0_ns = (ctx.t0_ns if ctx is not None and ctx.t0_ns is not None
+                      else self.offset_ns + self.start_ns)
         #: The stack of the thread that started the run (set by `attach`).
         self.run_stack: TimerStack | None = None
         buffer = self.pipeline.buffer
@@ -105,12 +111,52 @@ class Runtime:
             # (a pool's, say) may outlive the block that started it.
             self.root_run = (ctx.run_trace or ctx.trace_id, ctx.run_span or ctx.span_id)
         else:
-            self.trace = Trace(external_trace or recorder.new_trace_id(), self.budget, buffer)
+            # Derived from the run id, so any process of the run (another machine too) and
+            # `otel-rl tree --run-id` find it without being told; inside a trace from outside
+            # (a traced CI job), that trace.
+            self.trace = Trace(external_trace or aggregates.run_trace_id(self.run_id),
+                               self.budget, buffer)
             self.trace.n = 1  # reserved for the run span
             self.run_span_id = recorder.new_span_id()
             self.base = None  # set in attach(), from the run stack's thread
             self.root_run = (self.trace.trace_id, self.run_span_id)
-        self.policy = IterationPolicy(settings.span_budget, settings.sample_every, buffer)
+        self.windower: Any = None
+        if self.spans_on and settings.spans == "auto" and self.relay_client is None:
+            self.windower = self._windower()
+            self.pipeline.transform = self.windower.process_now
+
+    def _windower(self) -> Any:
+        from otel_rl._internal.windows import Windower
+
+        s = self.settings
+        main = self.ctx is None
+        budget = s.span_budget if main else self.trace.budget
+        return Windower(
+            run_id=self.run_id, t0_ns=self.t0_ns or 0, window_s=s.window, every=s.sample_every,
+            budget=lambda: budget, main=main, run_span=self.root_run,
+            lag_s=2 * s.flush_interval + 0.5,
+            own=Batch(self.resource, self.offset_ns, [], self.thread_names),
+            open_blocks=self.open_blocks, window_attributes=self.gauge_attributes)
+
+    def open_blocks(self) -> list[Any]:
+        """Blocks open now in this process's stacks (for continuation spans)."""
+        result = []
+        for st in recorder.all_stacks():
+            if st.trace is None:
+                continue
+            for sid, psid, name, start in st.open_blocks():
+                result.append((self.pid, sid, psid, name, start, st.tid))
+        return result
+
+    def gauge_attributes(self) -> dict[str, Any]:
+        """The run's gauges now (this process's, and its relaying workers' last snapshots)."""
+        gauges = wholerun.stack_gauges(recorder.all_stacks())
+        with self.snapshots_lock:
+            snapshots = list(self.snapshots.values())
+        for top in snapshots:
+            for name, gauge in (top.get("gauges") or {}).items():
+                wholerun.merge_gauge(gauges, name, gauge)
+        return aggregates.gauge_attributes(gauges)
 
     # -- set-up ------------------------------------------------------------------------------
     def _output_dir(self) -> str | None:
@@ -188,9 +234,9 @@ class Runtime:
             self.base = Base(self.trace, self.run_span_id, (), self.pid, run_stack.tid)
         for st in recorder.all_stacks():
             self.adopt(st, initial=True)
-        recorder.arm(self.policy, self.settings.max_buffer if self.spans_on else 0, self.adopt,
+        recorder.arm(self.settings.max_buffer if self.spans_on else 0, self.adopt,
                      placement.on_merge)
-        if self.spans_on or self.output_dir:
+        if self.pipeline.sinks:
             self.pipeline.start()
 
     def adopt(self, st: TimerStack, initial: bool = False) -> None:
@@ -204,18 +250,16 @@ class Runtime:
             st.base = started_in if in_process else self.base
         base = st.base
         st.trace = base.trace if (self.spans_on and base is not None) else None
-        st.span = base.span_id if base is not None else 0
+        st.top = OpenRoot(base.span_id if base is not None else 0)
         self.thread_names[st.tid] = st.tname
 
     def remote_trace(self, ctx: Context) -> Trace:
         """The local bookkeeping for a trace a carrier hands this process (budget shares add)."""
         trace = self.remote_traces.get(ctx.trace_id)
         share = self.budget if ctx.budget is None else int(ctx.budget)
-        if not ctx.sampled:
-            share = 0
         if trace is None:
-            trace = self.remote_traces[ctx.trace_id] = Trace(ctx.trace_id, share,
-                                                             self.pipeline.buffer)
+            trace = self.remote_traces[ctx.trace_id] = Trace(
+                ctx.trace_id, share, self.pipeline.buffer if ctx.sampled else recorder.DISCARD)
         else:
             trace.budget += share
         return trace
@@ -260,11 +304,49 @@ class Runtime:
     def _on_flush(self, deadline: float) -> None:
         if self.relay_client is not None:
             self.relay_client.send_snapshot(self.snapshot())
-        elif (self.output_dir and not self.closed and time.monotonic() - self.last_timers_write
-              >= self.settings.timers_interval):
-            # A run killed without warning (SIGKILL, OOM) still leaves a recent timers.json.
-            self.last_timers_write = time.monotonic()
-            self._write_timers(recorder.now_ns())
+        elif (not self.closed and not self.settings.disabled and time.monotonic()
+              - self.last_timers_write >= self.settings.timers_interval):
+            # A run killed without warning (SIGKILL, OOM) still leaves a recent timers.json,
+            # and the backend the same tree (the aggregate sent in this flush).
+            self.checkpoint(recorder.now_ns(), final=False)
+
+    def _after_flush(self) -> None:
+        tree, self.pending_timers = self.pending_timers, None
+        if tree is not None:
+            self._write_timers_dict(tree)
+
+    def checkpoint(self, end_ns: int, final: bool) -> None:
+        """Snapshot the whole-run tree once: queue its aggregate spans for export and keep
+        the timers.json made from the same snapshot, written once they have been exported."""
+        self.last_timers_write = time.monotonic()
+        if self.is_worker:
+            payload, kind = self.snapshot(), "worker"
+            tree = self.whole_run_tree(end_ns)
+        else:
+            payload, kind = self.tree_inputs(end_ns), "main"
+            tree = wholerun.build(**payload)
+        self.emit_aggregate(payload, kind, final, end_ns)
+        self.pending_timers = tree if self.output_dir else None
+
+    def emit_aggregate(self, payload: dict[str, Any], kind: str, final: bool, end_ns: int) -> None:
+        """The aggregate spans of `payload` (see `aggregates`), into the run trace."""
+        if not self.pipeline.sinks:
+            return
+        self.aggregate_seq += 1
+        parts = aggregates.encode(payload)
+        run_trace, run_span = self.root_run
+        gauges = payload.get("gauges") or {}
+        tid = threading.get_ident()
+        for i, data in enumerate(parts):
+            attrs = aggregates.span_attributes(self.aggregate_source, self.aggregate_seq, i,
+                                               len(parts), final, data, kind)
+            if i == 0:
+                attrs.update(aggregates.gauge_attributes(gauges))
+                attrs[semconv.RUN_ID] = self.run_id
+                if self.windower is not None and self.windower.main:
+                    attrs[semconv.WINDOWS] = sorted(self.windower.kept)
+            self.pipeline.buffer.append((recorder.new_span_id(), run_span, aggregates.NAME,
+                                         end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:
@@ -308,7 +390,8 @@ class Runtime:
         metadata["end_time_seconds"] = str(int(time.time()))
         return metadata
 
-    def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
+    def tree_inputs(self, end_ns: int) -> dict[str, Any]:
+        """What `wholerun.build` makes the whole-run timers.json from, at `end_ns`."""
         stacks = recorder.all_stacks()
         run_stack = self.run_stack or recorder.thread_stack()
         with self.snapshots_lock:
@@ -317,11 +400,13 @@ class Runtime:
         dropped = self.dropped_total()
         if dropped:
             metadata["otel_rl_dropped_spans"] = str(dropped)
-        return wholerun.build(local=wholerun.contributions(stacks, self.base),
-                              snapshots=snapshots,
-                              root_total=(end_ns - run_stack.run_start) / 1e9,
-                              gauges=wholerun.stack_gauges(stacks), metadata=metadata,
-                              places=placement.places())
+        return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
+                "root_total": (end_ns - run_stack.run_start) / 1e9,
+                "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
+                "places": placement.places()}
+
+    def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
+        return wholerun.build(**self.tree_inputs(end_ns))
 
     def dropped_total(self) -> int:
         """Spans lost so far; buffer-full drops join `stats` when shutdown starts."""
@@ -333,10 +418,12 @@ class Runtime:
         components = sys.modules.get("otel_rl._internal.components")
         if components is not None:  # Sample Factory components end with the run
             components.close_all(end_ns, self.pipeline.buffer, self.spans_on)
-        if self.spans_on:
+        if not self.settings.disabled:
             self._final_span(end_ns)
+        if self.spans_on:
+            self._cut_short(end_ns)
         # Stop recording spans; the trees keep aggregating as plain ML-Agents timers.
-        outlier_overflow = recorder.disarm()
+        recorder.disarm()
         for st in recorder.all_stacks():
             st.trace = None
         if self.relay_server is not None:
@@ -344,26 +431,48 @@ class Runtime:
         gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
         if gpu is not None:
             gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
-        buffer_drops = sum(st.dropped for st in recorder.all_stacks()) + outlier_overflow
+        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
         self.stats.add_dropped("span buffer full", buffer_drops)
+        tree = None
+        dropped = 0
+        if not self.settings.disabled and self.relay_client is None:
+            # One snapshot for both: the aggregate exported now and the timers.json after it.
+            self.checkpoint(end_ns, final=True)
+            tree, self.pending_timers = self.pending_timers, None
+            dropped = self.dropped_total()
         self.pipeline.shutdown(deadline)
         if self.relay_client is not None:
             self.relay_client.shutdown(deadline)
-        if self.output_dir and not self.settings.disabled and (
-                not self.is_worker or self.relay_client is None):
-            self._write_timers(end_ns)
+        if tree is not None:
+            if self.dropped_total() != dropped and "metadata" in tree:
+                tree["metadata"]["otel_rl_dropped_spans"] = str(self.dropped_total())
+            self._write_timers_dict(tree)
         self._report()
         self.finished = True
 
-    def _write_timers(self, end_ns: int) -> None:
+    def _cut_short(self, end_ns: int) -> None:
+        """Blocks still open now become spans ending here, marked cut short, so their
+        children keep their parent (timers.json counts only finished blocks; so does the
+        tree rebuilt from spans)."""
+        attrs = {semconv.CUT_SHORT: True}
+        for st in recorder.all_stacks():
+            trace = st.trace
+            if trace is None:
+                continue
+            for sid, psid, name, start in st.open_blocks():
+                trace.sink.append((sid, psid, name, start, end_ns, st.tid, trace.trace_id,
+                                   {"attrs": attrs}))
+
+    def _write_timers_dict(self, tree: dict[str, Any]) -> None:
+        if not self.output_dir:
+            return
         name = TIMERS_FILE if not self.is_worker else f"timers.{self.pid}.json"
-        assert self.output_dir is not None
         path = os.path.join(self.output_dir, name)
         try:
             os.makedirs(self.output_dir, exist_ok=True)
             tmp = f"{path}.tmp.{self.pid}"
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.whole_run_tree(end_ns), f, indent=2)
+                json.dump(tree, f, indent=2)
             os.replace(tmp, path)
         except Exception as exc:
             self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
@@ -500,7 +609,7 @@ def make_carrier(*, for_process: bool, role: str | None = None,
     data: dict[str, Any] = {
         "path": list(path), "pid": rt.pid, "tid": st.tid, "offset": rt.offset_ns,
         "run_id": rt.run_id, "budget": share, "role": role, "index": index,
-        "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"],
+        "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"], "t0": rt.t0_ns,
     }
     if for_process:
         data["relay"] = rt.ensure_relay()

@@ -56,3 +56,27 @@ HOST_NAME = "host.name"
 RUN_ID = "otel_rl.run.id"
 WORKER_ROLE = "otel_rl.worker.role"
 WORKER_INDEX = "otel_rl.worker.index"
+
+# Long runs (docs/DESIGN.md, "Long runs") -----------------------------------------------------
+#: The root span of a window trace (`auto`): one time window of the whole run.
+KIND_WINDOW = "window"
+#: A process's cumulative whole-run tree inputs (see `aggregates`), in the run trace.
+KIND_AGGREGATE = "aggregate"
+WINDOW_INDEX = "otel_rl.window.index"
+#: Why a window was kept: "schedule" or "outlier".
+WINDOW_KEPT = "otel_rl.window.kept"
+#: Set when a kept window was over the span budget: spans starting at/after it (Unix ns) left out.
+WINDOW_CUT_NS = "otel_rl.window.cut_ns"
+#: A block that started before this window, shown clipped to it (not a tree count).
+CONTINUATION = "otel_rl.continuation"
+#: A block still open at shutdown or SIGTERM, ended there (not a tree count).
+CUT_SHORT = "otel_rl.cut_short"
+AGGREGATE_SOURCE = "otel_rl.aggregate.source"
+AGGREGATE_SEQ = "otel_rl.aggregate.seq"
+AGGREGATE_PART = "otel_rl.aggregate.part"
+AGGREGATE_PARTS = "otel_rl.aggregate.parts"
+AGGREGATE_FINAL = "otel_rl.aggregate.final"
+AGGREGATE_PAYLOAD_KIND = "otel_rl.aggregate.kind"
+AGGREGATE_DATA = "otel_rl.aggregate.data"
+#: Kept windows so far (list of indices), on aggregate spans of the main process.
+WINDOWS = "otel_rl.windows"

@@ -9,8 +9,12 @@ from typing import TextIO
 from otel_rl._internal.otlp import records
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Sink, Stats, span_count
+from otel_rl._internal.sinks.otlp import _chunks
 
 __all__ = ["FileSink"]
+
+#: Spans per line of a spans file at most.
+LINE_SPANS = 2048
 
 
 class FileSink(Sink):
@@ -33,8 +37,10 @@ class FileSink(Sink):
             if self._file is None:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 self._file = open(self.path, "a", encoding="utf-8")
-            line = self._encoder.request_line(batches)
-            self._file.write(line + "\n")
+            # One request per line of at most LINE_SPANS spans, as the Collector writes one
+            # per export: a reader can stream the file a line at a time.
+            for request in _chunks(batches, LINE_SPANS):
+                self._file.write(self._encoder.request_line(request) + "\n")
             self._file.flush()
             self._stats.add_exported(self.name, n)
         except Exception as exc:

@@ -1,0 +1,157 @@
+"""Aggregate spans: a process's cumulative whole-run tree inputs, carried by spans.
+
+Whenever a process writes timers.json it emits, from the same snapshot, the inputs
+`wholerun.build` makes timers.json from, as ``otel_rl.kind=aggregate`` spans in the run trace:
+JSON, zlib-compressed, base64, cut into parts of `PART_CHARS` characters (Tempo truncates
+attributes past 2 KB by default). `collect` reads them back from spans of any source and
+`build` gives the tree — the timers.json the run wrote, whatever the span policy.
+
+Payload kinds: ``"main"`` (the run's main process: ``local``, ``snapshots``, ``root_total``,
+``gauges``, ``metadata``, as `wholerun.build` takes them) and ``"worker"`` (a process that
+exports on its own: its snapshot, placed like a relayed worker's).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from otel_rl._internal import semconv
+
+PART_CHARS = 1900
+NAME = "otel_rl aggregate"
+
+
+def derive_trace_id(run_id: str, label: str) -> int:
+    """The trace id every process of run `run_id` uses for `label` ("run", "w<k>")."""
+    digest = hashlib.blake2b(f"{run_id}\x00{label}".encode(), digest_size=16).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+def run_trace_id(run_id: str) -> int:
+    return derive_trace_id(run_id, "run")
+
+
+def encode(payload: dict[str, Any]) -> list[str]:
+    """The payload as base64 parts of at most `PART_CHARS` characters."""
+    raw = json.dumps(payload, separators=(",", ":"), allow_nan=True).encode()
+    text = base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
+    return [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
+
+
+def decode(parts: list[str]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode("".join(parts))))
+    return data
+
+
+def span_attributes(source: str, seq: int, part: int, parts: int, final: bool, data: str,
+                    kind: str) -> dict[str, Any]:
+    return {semconv.KIND: semconv.KIND_AGGREGATE, semconv.AGGREGATE_SOURCE: source,
+            semconv.AGGREGATE_SEQ: seq, semconv.AGGREGATE_PART: part,
+            semconv.AGGREGATE_PARTS: parts, semconv.AGGREGATE_FINAL: final,
+            semconv.AGGREGATE_PAYLOAD_KIND: kind, semconv.AGGREGATE_DATA: data}
+
+
+def gauge_attributes(gauges: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Gauges as ``otel_rl.gauge.<name>.value|min|max|count`` attributes."""
+    attrs: dict[str, Any] = {}
+    for name, g in gauges.items():
+        for key in ("value", "min", "max", "count"):
+            attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
+    return attrs
+
+
+class Collected:
+    """The latest complete aggregate of each source found in a span set."""
+
+    def __init__(self) -> None:
+        # source -> seq -> {part: data}, plus (parts, final, kind) per (source, seq)
+        self._parts: dict[str, dict[int, dict[int, str]]] = {}
+        self._meta: dict[tuple[str, int], tuple[int, bool, str]] = {}
+
+    def add(self, attributes: dict[str, Any]) -> None:
+        """Take one aggregate span's attributes (others are ignored)."""
+        if attributes.get(semconv.KIND) != semconv.KIND_AGGREGATE:
+            return
+        try:
+            source = str(attributes[semconv.AGGREGATE_SOURCE])
+            seq = int(attributes[semconv.AGGREGATE_SEQ])
+            part = int(attributes[semconv.AGGREGATE_PART])
+            parts = int(attributes[semconv.AGGREGATE_PARTS])
+            data = str(attributes[semconv.AGGREGATE_DATA])
+        except (KeyError, TypeError, ValueError):
+            return
+        final = attributes.get(semconv.AGGREGATE_FINAL) is True
+        kind = str(attributes.get(semconv.AGGREGATE_PAYLOAD_KIND, "main"))
+        self._parts.setdefault(source, {}).setdefault(seq, {})[part] = data
+        self._meta[(source, seq)] = (parts, final, kind)
+
+    def __bool__(self) -> bool:
+        return bool(self._parts)
+
+    def latest(self) -> tuple[list[tuple[dict[str, Any], bool, str]], list[str]]:
+        """Per source, (payload, final, kind) of its latest complete aggregate; and notes."""
+        result = []
+        notes = []
+        for source, seqs in sorted(self._parts.items()):
+            for seq in sorted(seqs, reverse=True):
+                parts, final, kind = self._meta[(source, seq)]
+                got = seqs[seq]
+                if len(got) < parts or any(i not in got for i in range(parts)):
+                    continue
+                try:
+                    payload = decode([got[i] for i in range(parts)])
+                except (ValueError, zlib.error):
+                    continue
+                if seq != max(seqs):
+                    notes.append(f"the latest aggregate of {source} is incomplete; "
+                                 f"used its aggregate #{seq}")
+                result.append((payload, final, kind))
+                break
+            else:
+                notes.append(f"no complete aggregate from {source}")
+        return result, notes
+
+
+def build(collected: Collected) -> tuple[dict[str, Any], list[str]]:
+    """The whole-run timers.json dict from collected aggregates, and notes on what it lacks."""
+    from otel_rl._internal import wholerun
+
+    latest, notes = collected.latest()
+    main = [p for p, _final, kind in latest if kind == "main"]
+    workers = [p for p, _final, kind in latest if kind != "main"]
+    unfinished = sum(1 for _p, final, _k in latest if not final)
+    if unfinished:
+        notes.append(f"{unfinished} process(es) did not finish (killed, or still running): "
+                     "the tree holds what they had recorded up to their last flush")
+    if not main:
+        notes.append("no aggregate from the run's main process: the root total is unknown")
+        root_total = 0.0
+        local: list[dict[str, Any]] = []
+        snapshots: list[dict[str, Any]] = []
+        gauges: dict[str, Any] = {}
+        metadata: dict[str, str] = {}
+        places: list[Any] = []
+    else:
+        first = main[0]
+        if len(main) > 1:
+            notes.append(f"{len(main)} main processes share this run id")
+        local, snapshots = list(first["local"]), list(first["snapshots"])
+        root_total, gauges, metadata = first["root_total"], first["gauges"], first["metadata"]
+        places = list(first.get("places") or [])
+    tree = wholerun.build(local=local, snapshots=[*snapshots, *workers], root_total=root_total,
+                          gauges=gauges, metadata=metadata, places=places)
+    return tree, notes
+
+
+def from_spans(spans: Iterable[Any]) -> Collected:
+    collected = Collected()
+    for span in spans:
+        attributes = span.attributes
+        if attributes.get(semconv.KIND) == semconv.KIND_AGGREGATE:
+            collected.add(attributes)
+    return collected

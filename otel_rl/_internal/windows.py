@@ -1,0 +1,303 @@
+"""The `auto` policy, off the hot path: whole-run time windows kept on a schedule.
+
+The recorder appends the same records under `auto` as under `all`; the pipeline passes every
+drained batch through a `Windower`, which holds each open window's records until the window has
+been closed for `lag` and then exports a kept window into its own trace (see docs/DESIGN.md,
+"Long runs"). Ids are re-mapped per window (`remap`), so a child anywhere finds its parent's
+span in the same window; blocks that started earlier and are open in a kept window appear there
+as clipped continuation spans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from time import perf_counter_ns
+from typing import Any
+
+from otel_rl._internal import semconv
+from otel_rl._internal.aggregates import derive_trace_id
+from otel_rl._internal.otlp.records import Batch
+
+_MASK64 = (1 << 64) - 1
+_PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
+_CONTINUATION = {semconv.CONTINUATION: True}
+
+#: (source key, span id, parent span id, name, start perf ns, thread id) of a block still open
+OpenBlock = tuple[Any, int, int, str, int, int]
+
+
+def mix(k: int) -> int:
+    """The per-window id mask (never 0): window `k`'s span ids are ``id ^ mix(k)``."""
+    return ((k + 1) * 0x9E3779B97F4A7C15) & _MASK64 or 1
+
+
+def remap(span_id: int, k: int) -> int:
+    return (span_id ^ mix(k)) or 1
+
+
+def scheduled(k: int, every: int) -> bool:
+    """Kept by schedule: window 0 (start-up) and every `every`-th after it."""
+    return k % every == 0
+
+
+class _Window:
+    __slots__ = ("cut", "long", "outlier", "records")
+
+    def __init__(self) -> None:
+        self.records: list[tuple[Any, Any, int]] = []  # (source, record, start epoch ns)
+        self.long: list[tuple[Any, Any]] = []  # records that started earlier and end here
+        self.cut: int | None = None  # records starting at/after this epoch ns are out
+        self.outlier = 0  # longest outlier (ns) that started in this window
+
+
+class _Source:
+    __slots__ = ("offset", "records", "resource", "thread_names")
+
+    def __init__(self, resource: Any, offset: int, thread_names: Any) -> None:
+        self.resource = resource
+        self.offset = offset
+        self.thread_names = thread_names
+        self.records: list[Any] = []
+
+
+class Windower:
+    """Turns drained batches into the batches a windowed run exports (not thread-safe: the
+    pipeline calls it under its flush lock)."""
+
+    def __init__(self, *, run_id: str, t0_ns: int, window_s: float, every: int,
+                 budget: Callable[[], int], main: bool, run_span: tuple[int, int],
+                 lag_s: float, own: Batch, outlier_min_s: float = 0.010,
+                 open_blocks: Callable[[], list[OpenBlock]] | None = None,
+                 window_attributes: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.run_id = run_id
+        self.t0 = t0_ns
+        self.width = max(1, int(window_s * 1e9))
+        self.every = max(1, every)
+        self.budget = budget
+        self.main = main
+        self.run_trace, self.run_span = run_span
+        self.lag = int(lag_s * 1e9)
+        self.outlier_min = int(outlier_min_s * 1e9)
+        self.open_blocks = open_blocks
+        self.window_attributes = window_attributes
+        self.windows: dict[int, _Window] = {}
+        self.next_close = 0  # windows below this are decided
+        self.kept: dict[int, str] = {}  # decided and kept: index -> "schedule" | "outlier"
+        self.sources: dict[Any, _Source] = {}
+        self.own_key = self._source(own)
+        self._cuts: dict[int, int | None] = {}
+        self._cap = 0
+        self.stats: dict[str, int] = {"windows": 0, "exported": 0, "continuations": 0,
+                                      "sampled_out": 0}
+        self._traces: dict[int, int] = {}
+        self._durations: dict[str, list[float]] = {}
+        self._room = 1.0
+        self._last_outlier = 0
+        # (source, span id) -> windows it already has a continuation in (blocks seen open)
+        self._continued: dict[tuple[Any, int], set[int]] = {}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def trace_id(self, k: int) -> int:
+        tid = self._traces.get(k)
+        if tid is None:
+            tid = self._traces[k] = derive_trace_id(self.run_id, f"w{k}")
+        return tid
+
+    def _index(self, epoch_ns: int) -> int:
+        return max(0, (epoch_ns - self.t0) // self.width)
+
+    def _limit(self) -> int:
+        return max(1, self.budget() - 64)  # room for the window span and continuations
+
+    def _source(self, batch: Batch) -> Any:
+        key = batch.resource.get(semconv.PROCESS_PID)
+        source = self.sources.get(key)
+        if source is None:
+            source = self.sources[key] = _Source(batch.resource, batch.offset_ns,
+                                                  batch.thread_names)
+        else:
+            source.resource, source.offset = batch.resource, batch.offset_ns
+            source.thread_names = batch.thread_names
+        return key
+
+    def _emit(self, key: Any, k: int, record: Any) -> None:
+        sid, psid, name, start, end, tid, _trace, extra = record
+        self.sources[key].records.append(
+            (remap(sid, k), remap(psid, k) if psid else 0, name, start, end, tid,
+             self.trace_id(k), extra))
+        self.stats["exported"] += 1
+
+    def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
+                  tid: int, still_open: bool = False) -> None:
+        """A continuation of block `sid` in kept window `k`, clipped to the window. One made
+        for a block still open is remembered, so its record's arrival does not repeat it."""
+        if still_open:
+            seen = self._continued.setdefault((key, sid), set())
+            if k in seen:
+                return
+            seen.add(k)
+        elif self._continued:
+            known = self._continued.get((key, sid))
+            if known is not None and k in known:
+                return
+        offset = self.sources[key].offset
+        lo = self.t0 + k * self.width - offset
+        hi = lo + self.width
+        self.sources[key].records.append(
+            (remap(sid, k), remap(psid, k) if psid else 0, name, max(start, lo), min(end, hi),
+             tid, self.trace_id(k), {"attrs": _CONTINUATION}))
+        self.stats["continuations"] += 1
+
+    def _outlier(self, name: str, duration: int) -> bool:
+        state = self._durations.get(name)
+        if state is None:
+            state = self._durations[name] = [0.0, 0.0, 0.0]
+        n, mean, m2 = state
+        verdict = False
+        if n >= 20 and duration >= self.outlier_min:
+            std = math.sqrt(m2 / (n - 1))
+            verdict = duration > mean + 3.0 * std and duration > 1.5 * mean
+        n += 1
+        delta = duration - mean
+        mean += delta / n
+        state[0], state[1], state[2] = n, mean, m2 + delta * (duration - mean)
+        return verdict
+
+    # -- the flush step ----------------------------------------------------------------------
+    def process_now(self, batches: list[Batch], final: bool) -> list[Batch]:
+        """`process` at this moment (the pipeline's transform hook)."""
+        return self.process(batches, perf_counter_ns() + self.sources[self.own_key].offset, final)
+
+    def process(self, batches: Sequence[Batch], now_ns: int, final: bool = False) -> list[Batch]:
+        """Take drained batches; return what to export now. `now_ns` is Unix epoch ns."""
+        self._cap = 2 * self._limit()
+        for batch in batches:
+            key = self._source(batch)
+            self._take(key, batch)
+        self._close(now_ns, final)
+        out = []
+        for source in self.sources.values():
+            if source.records:
+                out.append(Batch(source.resource, source.offset, source.records,
+                                 source.thread_names))
+                source.records = []
+        return out
+
+    def _take(self, key: Any, batch: Batch) -> None:
+        offset = batch.offset_ns
+        out = self.sources[key].records
+        windows = self.windows
+        outliers = self.main
+        cap = self._cap
+        for record in batch.records:
+            extra = record[7]
+            if extra is not None:
+                attrs = extra.get("attrs")
+                if attrs and attrs.get(semconv.KIND) in _PASS_KINDS:
+                    out.append(record)
+                    continue
+            start = record[3] + offset
+            k = self._index(start)
+            e = self._index(record[4] + offset)
+            if outliers and self._outlier(record[2], record[4] - record[3]):
+                window = windows.get(k)
+                if window is not None:
+                    window.outlier = max(window.outlier, record[4] - record[3])
+            if k >= self.next_close:
+                window = windows.get(k)
+                if window is None:
+                    window = windows[k] = _Window()
+                if window.cut is None or start < window.cut:
+                    window.records.append((key, record, start))
+                    if len(window.records) >= cap:
+                        self._trim(window)
+                else:
+                    self.stats["sampled_out"] += 1
+            elif k in self.kept:
+                cut = self._cuts.get(k)
+                if cut is None or start < cut:
+                    self._emit(key, k, record)
+            else:
+                self.stats["sampled_out"] += 1
+            if e > k:
+                self._long(key, record, k, e)
+            if self._continued:
+                self._continued.pop((key, record[0]), None)
+
+    def _long(self, key: Any, record: Any, k: int, e: int) -> None:
+        sid, psid, name, start, end, tid = record[:6]
+        for j in range(k + 1, e + 1):
+            if j >= self.next_close:
+                window = self.windows.get(j)
+                if window is None:
+                    window = self.windows[j] = _Window()
+                window.long.append((key, record))
+            elif j in self.kept:
+                self._continue(key, j, sid, psid, name, start, end, tid)
+
+    def _trim(self, window: _Window) -> None:
+        limit = self._limit()
+        records = window.records
+        if len(records) <= limit:
+            return
+        records.sort(key=lambda item: item[2])
+        cut = records[limit][2]
+        window.cut = cut if window.cut is None else min(window.cut, cut)
+        kept = [item for item in records if item[2] < window.cut]
+        self.stats["sampled_out"] += len(records) - len(kept)
+        window.records = kept
+
+    def _close(self, now_ns: int, final: bool) -> None:
+        last = self._index(now_ns) if final else self._index(now_ns - self.lag) - 1
+        if final:
+            for k in self.windows:
+                last = max(last, k)
+        while self.next_close <= last:
+            k = self.next_close
+            self.next_close = k + 1
+            window = self.windows.pop(k, None) or _Window()
+            self._decide(k, window, now_ns, final and k == last)
+
+    def _decide(self, k: int, window: _Window, now_ns: int, current: bool) -> None:
+        self._room = min(1.0, self._room + 1.0 / self.every)
+        verdict = None
+        if scheduled(k, self.every):
+            verdict = "schedule"
+        elif window.outlier and (self._room >= 1.0 or window.outlier >= 2 * self._last_outlier):
+            verdict = "outlier"
+            self._room = max(0.0, self._room - 1.0)
+            self._last_outlier = window.outlier
+        if verdict is None:
+            self.stats["sampled_out"] += len(window.records)
+            return
+        self.kept[k] = verdict
+        self.stats["windows"] += 1
+        self._trim(window)
+        self._cuts[k] = window.cut
+        for key, record, _start in window.records:
+            self._emit(key, k, record)
+        for key, record in window.long:
+            sid, psid, name, start, end, tid = record[:6]
+            self._continue(key, k, sid, psid, name, start, end, tid)
+        lo = self.t0 + k * self.width
+        hi = min(lo + self.width, now_ns) if current else lo + self.width
+        if self.open_blocks is not None:
+            for key, sid, psid, name, start, tid in self.open_blocks():
+                source = self.sources.get(key)
+                if source is None or start + source.offset >= lo:
+                    continue  # the block's own span will come to this window when it ends
+                self._continue(key, k, sid, psid, name, start, hi - source.offset, tid, True)
+        if self.main:
+            key = self.own_key
+            offset = self.sources[key].offset
+            attrs: dict[str, Any] = {semconv.KIND: semconv.KIND_WINDOW,
+                                     semconv.WINDOW_INDEX: k, semconv.WINDOW_KEPT: verdict,
+                                     semconv.RUN_ID: self.run_id}
+            if window.cut is not None:
+                attrs[semconv.WINDOW_CUT_NS] = window.cut
+            if self.window_attributes is not None:
+                attrs.update(self.window_attributes())
+            self.sources[key].records.append(
+                (remap(self.run_span, k), 0, f"window {k}", lo - offset, hi - offset, 0,
+                 self.trace_id(k), {"attrs": attrs, "link": (self.run_trace, self.run_span)}))
