@@ -83,13 +83,14 @@ def test_unreachable_collector_costs_spans_not_the_run(protocol: str, closed_por
     assert time.monotonic() - started < 4.0
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert tree["children"]["advance"]["count"] == 200  # the tree is exact regardless
-    assert int(tree["metadata"]["otel_rl_dropped_spans"]) == 401  # 400 blocks + run span
+    # 400 blocks, the run span and the aggregate span
+    assert int(tree["metadata"]["otel_rl_dropped_spans"]) == 402
     warnings = dropped_warnings(caplog)
-    assert len(warnings) == 1 and "401" in warnings[0]
+    assert len(warnings) == 1 and "402" in warnings[0]
     # The file sink still got everything.
     lines = (tmp_path / "spans.otlp.jsonl").read_text().splitlines()
     assert sum(len(ss["spans"]) for line in lines for rs in json.loads(line)["resourceSpans"]
-               for ss in rs["scopeSpans"]) == 401
+               for ss in rs["scopeSpans"]) == 402
 
 
 def test_collector_that_never_answers_does_not_hang_exit(blackhole: int, tmp_path: Path) -> None:
@@ -246,8 +247,8 @@ def test_headers_and_resource_attributes_reach_the_wire(otlp_receiver: Any, tmp_
                       output_dir=str(tmp_path))
     train(3)
     otel_rl.shutdown()
-    spans = otlp_receiver.wait_for(7)
-    assert len(spans) == 7
+    spans = otlp_receiver.wait_for(8)
+    assert len(spans) == 8  # 6 blocks, the run span, the aggregate span
     assert spans[0].resource["deployment.environment"] == "ci"
     assert otlp_receiver.headers[0]["x-api-key"] == "secret value"
     assert otlp_receiver.headers[0].get("content-encoding") == "gzip"
@@ -278,7 +279,8 @@ def test_sigterm_flushes_and_writes_timers_json_then_dies_of_sigterm(tmp_path: P
     lines = (tmp_path / "spans.otlp.jsonl").read_text().splitlines()
     names = {s["name"] for line in lines for rs in json.loads(line)["resourceSpans"]
              for ss in rs["scopeSpans"] for s in ss["spans"]}
-    assert names == {"advance", "run"}  # the run span was written: a clean shutdown
+    # the run span was written: a clean shutdown
+    assert names == {"advance", "run", "otel_rl aggregate"}
 
 
 def test_a_programs_own_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
@@ -342,7 +344,7 @@ def test_requests_over_the_receivers_size_limit_are_split_not_dropped(tmp_path: 
         otel_rl.shutdown(timeout=20)
     finally:
         server.stop(0)
-    assert sum(received) == 2001 and len(received) > 1
+    assert sum(received) == 2002 and len(received) > 1  # blocks, run span, aggregate
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert "otel_rl_dropped_spans" not in tree["metadata"]
 

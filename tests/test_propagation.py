@@ -25,9 +25,11 @@ import pytest
 import otel_rl
 from otel_rl import timers
 from otel_rl._internal import semconv
+from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.readers.otlp_json import read_otlp_json_file
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.treebuild import build_tree
+from otel_rl._internal.windows import remap
 from otel_rl.timers import hierarchical_timer
 from tests import mp_workloads as w
 
@@ -209,7 +211,8 @@ def test_subprocess_can_opt_out_of_the_inherited_context(tmp_path: Path) -> None
     tree, spans = results(tmp_path)
     assert "children" not in node(tree, "launch")
     own = read_otlp_json_file(tmp_path / "own" / "spans.otlp.jsonl")
-    assert {s.name for s in own} == {"child_block", "child_inner", "run"}
+    assert {s.name for s in own if s.attributes.get(semconv.KIND) is None} == {"child_block",
+                                                                             "child_inner"}
     assert own[0].trace_id != spans[0].trace_id
 
 
@@ -224,9 +227,16 @@ def test_child_without_reachable_parent_exports_on_its_own(tmp_path: Path) -> No
     files = list((tmp_path / "orphan").glob("spans*.jsonl"))
     assert len(files) == 1
     orphan = read_otlp_json_file(files[0])
-    assert {s.trace_id for s in orphan} == {carrier["traceparent"].split("-")[1]}
+    # The child runs the default policy: its blocks go to the run's window 0 trace (the id
+    # every process derives from the run id), under the carrier's block re-mapped for that
+    # window; its aggregate goes to the run trace (the carrier's).
+    run_id = json.loads(carrier["otel_rl"])["run_id"]
+    parent_trace, parent_span = carrier["traceparent"].split("-")[1:3]
     block = next(s for s in orphan if s.name == "child_block")
-    assert block.parent_span_id == carrier["traceparent"].split("-")[2]
+    assert block.trace_id == f"{derive_trace_id(run_id, 'w0'):032x}"
+    assert block.parent_span_id == f"{remap(int(parent_span, 16), 0):016x}"
+    aggregate = next(s for s in orphan if s.attributes.get(semconv.KIND) == "aggregate")
+    assert aggregate.trace_id == parent_trace
 
 
 def test_threads_and_thread_pools_are_parented_to_the_starting_block(tmp_path: Path) -> None:

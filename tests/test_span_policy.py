@@ -1,6 +1,7 @@
-"""Span policy: `all` exports every block, `auto` keeps every trace within its budget (whole
-iterations sampled on a schedule, plus slow outliers), `off` exports none; the tree is exact
-in all three."""
+"""Span policy: `all` exports every block in one trace, `auto` exports whole time windows of the
+run on a schedule (plus windows with outliers), each trace within its budget and with no span
+missing its parent, `off` exports no blocks; under all three the aggregate spans give back the
+exact timers.json."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from otel_rl._internal import semconv
 from otel_rl._internal.readers.otlp_json import read_otlp_json_file
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.treebuild import build_tree
+from otel_rl._internal.windows import scheduled
 from otel_rl.timers import hierarchical_timer, timed
 
 ITERATIONS = 400
@@ -52,72 +54,99 @@ def assert_exact(tree: dict[str, Any]) -> None:
     assert adv["children"]["update"]["count"] == ITERATIONS
 
 
+def orphans(spans: list[SpanData]) -> list[SpanData]:
+    keys = {(s.trace_id, s.span_id) for s in spans}
+    return [s for s in spans if s.parent_span_id and (s.trace_id, s.parent_span_id) not in keys]
+
+
+def assert_tree_from_spans_is_timers_json(spans: list[SpanData], tree: dict[str, Any]) -> None:
+    rebuilt = build_tree(spans)
+    assert rebuilt.complete, rebuilt.notes
+    assert rebuilt.to_dict() == tree
+
+
 def test_all_exports_every_block(tmp_path: Path) -> None:
     tree, spans = run(tmp_path, "all", span_budget=50)
     assert_exact(tree)
-    assert len(spans) == 1 + 1 + 3 * ITERATIONS
+    kinds = Counter(s.attributes.get(semconv.KIND) for s in spans)
+    assert kinds == {None: 1 + 3 * ITERATIONS, "run": 1, "aggregate": 1}
     assert len({s.trace_id for s in spans}) == 1
-    assert build_tree(spans).complete
+    assert not orphans(spans)
+    assert_tree_from_spans_is_timers_json(spans, tree)
 
 
-def test_off_exports_nothing_and_the_tree_is_exact(tmp_path: Path) -> None:
+def test_off_exports_no_blocks_and_the_tree_is_exact(tmp_path: Path) -> None:
     tree, spans = run(tmp_path, "off")
     assert_exact(tree)
-    assert spans == []
+    assert {s.attributes.get(semconv.KIND) for s in spans} == {"run", "aggregate"}
+    assert_tree_from_spans_is_timers_json(spans, tree)
 
 
-def test_auto_under_budget_is_everything(tmp_path: Path) -> None:
+def test_auto_short_run_is_one_window_with_every_block(tmp_path: Path) -> None:
     tree, spans = run(tmp_path, "auto", span_budget=10_000)
     assert_exact(tree)
-    assert len(spans) == 2 + 3 * ITERATIONS
-    assert len({s.trace_id for s in spans}) == 1
+    blocks = [s for s in spans if semconv.KIND not in s.attributes]
+    assert len(blocks) == 1 + 3 * ITERATIONS
+    assert len({s.trace_id for s in blocks}) == 1
+    window = [s for s in spans if s.attributes.get(semconv.KIND) == "window"]
+    assert [w.attributes[semconv.WINDOW_INDEX] for w in window] == [0]
+    assert not orphans(spans)
+    assert_tree_from_spans_is_timers_json(spans, tree)
 
 
-def test_auto_keeps_every_trace_within_budget_and_samples_whole_iterations(tmp_path: Path) -> None:
-    budget = 90
-    tree, spans = run(tmp_path, "auto", span_budget=budget, sample_every=25, slow_at=300)
-    assert_exact(tree)
+def test_auto_keeps_whole_windows_on_schedule_and_outliers_within_budget(tmp_path: Path) -> None:
+    budget, every = 200, 4
+    otel_rl.configure(spans="auto", output_dir=str(tmp_path), span_budget=budget,
+                      sample_every=every, window=0.05, flush_interval=0.05)
+    slow_done = False
+    with hierarchical_timer("start_learning"):
+        t_end = time.monotonic() + 1.5
+        while time.monotonic() < t_end:
+            slow = not slow_done and time.monotonic() > t_end - 0.6
+            slow_done |= slow
+            advance(0, slow=slow)
+    otel_rl.shutdown()
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
     per_trace = Counter(s.trace_id for s in spans)
     assert max(per_trace.values()) <= budget
-    run_span = next(s for s in spans if s.attributes.get(semconv.KIND) == "run")
-    run_trace = run_span.trace_id
-    assert per_trace[run_trace] == budget  # the run trace is filled to its budget, not beyond
-    by_key = {(s.trace_id, s.span_id): s for s in spans}
-
-    iteration_roots = [s for s in spans if s.trace_id != run_trace and not s.parent_span_id]
-    assert iteration_roots, "no iteration was sampled"
-    for root in iteration_roots:
-        # A whole iteration: the root and all its blocks, in a trace of its own...
-        members = [s for s in spans if s.trace_id == root.trace_id]
-        if root.name == "advance":
-            assert sorted(s.name for s in members) == ["advance", "env_step", "update"]
-        # ...linked to the block it ran under in the run trace.
-        assert len(root.links) == 1
-        assert root.links[0] in by_key and root.links[0][0] == run_trace
-        if root.name == "advance":
-            assert by_key[root.links[0]].name == "start_learning"
-        assert root.attributes[semconv.SAMPLED] in ("schedule", "outlier")
-
-    sampled = Counter(r.attributes[semconv.SAMPLED] for r in iteration_roots if r.name == "advance")
-    # Iterations past the budget: about ITERATIONS - 30 of them; one in 25 kept on schedule.
-    assert 10 <= sampled["schedule"] <= 16
-    # The slow iteration is kept as an outlier even though the schedule skipped it.
-    slow = [r for r in iteration_roots if r.attributes[semconv.SAMPLED] == "outlier"]
-    assert len(slow) >= 1
-    assert max(r.duration_s for r in slow) >= 0.05
-    # Outliers earn no more room than the schedule does.
-    assert sampled["outlier"] <= sampled["schedule"] + 1
-    # A tree from sampled spans says it is incomplete.
-    rebuilt = build_tree(spans)
-    assert not rebuilt.complete and rebuilt.notes
+    assert not orphans(spans), Counter(s.name for s in orphans(spans))
+    windows = {s.attributes[semconv.WINDOW_INDEX]: s for s in spans
+               if s.attributes.get(semconv.KIND) == "window"}
+    last = max(windows)
+    assert last >= 20
+    # Every scheduled window is kept, whole: all processes, threads and blocks in it.
+    assert {k for k in range(last + 1) if scheduled(k, every)} <= set(windows)
+    kept = Counter(w.attributes[semconv.WINDOW_KEPT] for w in windows.values())
+    # The slow iteration's window is kept as an outlier; outliers earn no more room than the
+    # schedule (plus the slowest).
+    slow_env = max((s for s in spans if s.name == "env_step"), key=lambda s: s.duration_s)
+    assert slow_env.duration_s >= 0.05
+    assert windows[next(k for k, w in windows.items() if w.trace_id == slow_env.trace_id)]
+    assert 1 <= kept["outlier"] <= kept["schedule"] + 1
+    # Each later window holds the long enclosing block as a continuation (and an iteration
+    # that crossed into it), so every block there has its parent chain.
+    for k, w in windows.items():
+        members = [s for s in spans if s.trace_id == w.trace_id]
+        continued = {s.name for s in members if s.attributes.get(semconv.CONTINUATION)}
+        assert continued <= {"start_learning", "advance", "env_step", "update"}
+        blocks = [s for s in members
+                  if s.name == "advance" and not s.attributes.get(semconv.CONTINUATION)]
+        if k > 0 and blocks:
+            assert "start_learning" in continued
+    # The tree from the spans is the exact timers.json (from the aggregates)...
+    assert_tree_from_spans_is_timers_json(spans, tree)
+    # ...and without them it says it is partial.
+    rebuilt = build_tree([s for s in spans if s.attributes.get(semconv.KIND) != "aggregate"])
+    assert not rebuilt.complete and any("window" in n for n in rebuilt.notes)
 
 
-def test_auto_budget_is_shared_with_worker_processes(tmp_path: Path) -> None:
+def test_auto_budget_holds_with_worker_processes(tmp_path: Path) -> None:
     import multiprocessing as mp
 
     from tests import mp_workloads as w
 
-    budget = 60
+    budget = 100
     otel_rl.configure(spans="auto", output_dir=str(tmp_path), span_budget=budget)
     with hierarchical_timer("start_workers"):
         procs = [mp.get_context("spawn").Process(target=w.worker, args=(200,)) for _ in range(3)]
@@ -131,6 +160,8 @@ def test_auto_budget_is_shared_with_worker_processes(tmp_path: Path) -> None:
     spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
     per_trace = Counter(s.trace_id for s in spans)
     assert max(per_trace.values()) <= budget
+    assert not orphans(spans)
+    assert_tree_from_spans_is_timers_json(spans, tree)
 
 
 @pytest.mark.parametrize("policy", ["all", "auto", "off"])

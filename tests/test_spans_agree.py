@@ -77,8 +77,8 @@ def test_every_block_arrives_and_rebuilds_timers_json(protocol: str, otlp_receiv
     blocks = workload()
     otel_rl.shutdown(timeout=20)
 
-    spans = otlp_receiver.wait_for(blocks + 1)
-    assert len(spans) == blocks + 1  # every block and the run span, nothing twice
+    spans = otlp_receiver.wait_for(blocks + 2)
+    assert len(spans) == blocks + 2  # every block, the run span and its aggregate, nothing twice
     ids = {s.span_id for s in spans}
     assert len(ids) == len(spans)
     assert len({s.trace_id for s in spans}) == 1
@@ -115,7 +115,7 @@ def test_spans_file_rebuilds_the_same_tree(tmp_path: Path) -> None:
     blocks = workload()
     otel_rl.shutdown()
     spans = read_otlp_json_file(str(tmp_path / "spans.otlp.jsonl"))
-    assert len(spans) == blocks + 1
+    assert len(spans) == blocks + 2  # and the run span and the aggregate span
     written = json.loads((tmp_path / "timers.json").read_text())
     assert shape(build_tree(spans).to_dict()) == shape(written)
 
@@ -129,7 +129,7 @@ def test_standard_span_exporter_receives_every_block(tmp_path: Path) -> None:
     blocks = workload()
     otel_rl.shutdown()
     finished = memory.get_finished_spans()
-    assert len(finished) == blocks + 1
+    assert len(finished) == blocks + 2  # and the run span and the aggregate span
     assert {s.name for s in finished} >= {"advance", "physics", "gradient", "run"}
     written = json.loads((tmp_path / "timers.json").read_text())
     assert shape(tree_exporter.timer_tree()) == shape(written)

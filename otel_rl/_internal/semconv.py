@@ -80,3 +80,6 @@ AGGREGATE_PAYLOAD_KIND = "otel_rl.aggregate.kind"
 AGGREGATE_DATA = "otel_rl.aggregate.data"
 #: Kept windows so far (list of indices), on aggregate spans of the main process.
 WINDOWS = "otel_rl.windows"
+#: On an outlier window: its spans start at/after this (Unix ns), the outlier's start (plus
+#: the blocks that contain it).
+WINDOW_SINCE_NS = "otel_rl.window.since_ns"

@@ -16,6 +16,10 @@
 7. A parallel branch whose thread the program merged into one of its own blocks
    (``otel_rl.placements`` on run/process spans, see `placement`) hangs under that block.
 
+With aggregate spans present (``otel_rl.kind=aggregate``, see `aggregates`) the tree is built
+from them instead — the exact timers.json, whatever the span policy kept. Window, continuation
+and cut-short spans place their children but are not counted.
+
 Spans are taken in start order, so children appear in the order they first ran (as in
 ML-Agents) and float sums do not depend on the order the spans arrived in.
 """
@@ -28,11 +32,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl._internal import placement, semconv
+from otel_rl._internal import aggregates, placement, semconv
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Gauge, Tree, TreeNode, WorkerInfo
 
-__all__ = ["build_tree"]
+__all__ = ["build_tree", "tree_from_aggregates"]
+
+#: Spans that are not timed blocks of their own: no count in the tree.
+_NOT_COUNTED = (semconv.CONTINUATION, semconv.CUT_SHORT)
 
 _SpanKey = tuple[str, str]  # (trace_id, span_id)
 _WorkerKey = tuple[str, int, int]  # (role, index, pid)
@@ -67,12 +74,26 @@ def build_tree(spans: Iterable[SpanData]) -> Tree:
     """
     notes: list[str] = list(getattr(spans, "notes", None) or [])
     by_key: dict[_SpanKey, SpanData] = {}
+    collected = aggregates.Collected()
     for span in spans:
         by_key.setdefault((span.trace_id, span.span_id), span)
+        if span.attributes.get(semconv.KIND) == semconv.KIND_AGGREGATE:
+            collected.add(span.attributes)
+    if collected:
+        return tree_from_aggregates(collected, notes)
     ordered = sorted(by_key.values(), key=lambda s: (s.start_ns, s.end_ns, s.trace_id, s.span_id))
     builder = _Builder(by_key, ordered)
     tree = builder.build()
     tree.notes = notes + tree.notes
+    tree.complete = not tree.notes
+    return tree
+
+
+def tree_from_aggregates(collected: aggregates.Collected, notes: list[str] | None = None) -> Tree:
+    """The whole-run tree from the latest aggregate of each process (see `aggregates`)."""
+    data, more = aggregates.build(collected)
+    tree = Tree.from_dict(data)
+    tree.notes = list(notes or []) + more
     tree.complete = not tree.notes
     return tree
 
@@ -153,6 +174,7 @@ class _Builder:
         self.infos: dict[_SpanKey, _Info] = {}
         self.missing: list[SpanData] = []  # placed under the root for want of a parent
         self.cycles = 0
+        self.windows = 0
         self.workers: dict[_WorkerKey, _Worker] = {}
         self.places: dict[tuple[int, int], tuple[str, ...]] = {}
 
@@ -165,9 +187,13 @@ class _Builder:
         self._root_and_attributes()
         for span in self.ordered:
             kind = _kind(span)
-            if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS):
+            if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_WINDOW):
+                self.windows += kind == semconv.KIND_WINDOW
                 continue
             info = self._resolve(span)
+            attributes = span.attributes
+            if attributes.get(_NOT_COUNTED[0]) is True or attributes.get(_NOT_COUNTED[1]) is True:
+                continue  # placed (its children hang under it), not counted
             count = 1
             if span.attributes.get(semconv.SYNTHETIC) is True:
                 count = _int(span.attributes.get(semconv.COUNT), 1)
@@ -239,7 +265,8 @@ class _Builder:
                 break
             chain.append(current)
             on_chain.add(key)
-            current = None if _kind(current) == semconv.KIND_RUN else self._parent(current)
+            top = _kind(current) in (semconv.KIND_RUN, semconv.KIND_WINDOW)
+            current = None if top else self._parent(current)
         for item in reversed(chain):
             parent_info = self._place(item, parent_info)
             self.infos[(item.trace_id, item.span_id)] = parent_info
@@ -249,6 +276,8 @@ class _Builder:
         kind = _kind(span)
         if kind == semconv.KIND_RUN:
             return _Info(self.tree.root, (), _ident(span), False)
+        if kind == semconv.KIND_WINDOW:  # a window of the run: the root, seen from its trace
+            return _Info(self.tree.root, (), self.root_info.ident, False)
         if kind == semconv.KIND_PROCESS:
             return parent  # transparent: its children hang under (and compare with) its parent
         own = _ident(span)
@@ -312,6 +341,11 @@ class _Builder:
             notes.append(
                 f"{len(self.missing)} span(s) whose parent span is not in the data were placed "
                 f"under the root (first: {first.name!r} in trace {first.trace_id})"
+            )
+        if self.windows:
+            notes.append(
+                f"the spans hold {self.windows} sampled time window(s) of the run and no "
+                "aggregates: totals and counts are partial"
             )
         if self.cycles:
             notes.append(f"{self.cycles} parent cycle(s) in the span data were cut at the root")

@@ -11,6 +11,7 @@ as clipped continuation spans.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
@@ -42,13 +43,31 @@ def scheduled(k: int, every: int) -> bool:
 
 
 class _Window:
-    __slots__ = ("cut", "long", "outlier", "records")
+    """An open window's records. A scheduled window keeps its earliest starts. Any other
+    keeps the latest arrivals (a ring) until an outlier ends in it; from then on it keeps the
+    outlier, what contains its start (its ancestors) and what starts after it — the slice a
+    kept outlier window shows, closed under parents."""
 
-    def __init__(self) -> None:
-        self.records: list[tuple[Any, Any, int]] = []  # (source, record, start epoch ns)
+    __slots__ = ("cut", "long", "outlier", "records", "since")
+
+    def __init__(self, scheduled: bool, cap: int) -> None:
+        # (source, record, start epoch ns, end epoch ns)
+        self.records: Any = [] if scheduled else deque(maxlen=cap)
         self.long: list[tuple[Any, Any]] = []  # records that started earlier and end here
         self.cut: int | None = None  # records starting at/after this epoch ns are out
-        self.outlier = 0  # longest outlier (ns) that started in this window
+        self.outlier = 0  # duration (ns) of the outlier this window keeps, if any
+        self.since: int | None = None  # outlier window: its outlier's start (epoch ns)
+
+    def admits(self, start: int, end: int) -> bool:
+        if self.cut is not None and start >= self.cut:
+            return False
+        since = self.since
+        return since is None or start >= since or end >= since
+
+    def keep_from(self, start: int, duration: int) -> None:
+        """An outlier that started at `start` (epoch ns): keep the slice from there on."""
+        self.outlier, self.since = duration, start
+        self.records = [item for item in self.records if self.admits(item[2], item[3])]
 
 
 class _Source:
@@ -86,7 +105,7 @@ class Windower:
         self.kept: dict[int, str] = {}  # decided and kept: index -> "schedule" | "outlier"
         self.sources: dict[Any, _Source] = {}
         self.own_key = self._source(own)
-        self._cuts: dict[int, int | None] = {}
+        self._late: dict[int, _Window] = {}  # kept windows: what a late record must meet
         self._cap = 0
         self.stats: dict[str, int] = {"windows": 0, "exported": 0, "continuations": 0,
                                       "sampled_out": 0}
@@ -198,27 +217,28 @@ class Windower:
                     out.append(record)
                     continue
             start = record[3] + offset
+            end = record[4] + offset
             k = self._index(start)
-            e = self._index(record[4] + offset)
-            if outliers and self._outlier(record[2], record[4] - record[3]):
-                window = windows.get(k)
-                if window is not None:
-                    window.outlier = max(window.outlier, record[4] - record[3])
+            e = self._index(end)
             if k >= self.next_close:
                 window = windows.get(k)
                 if window is None:
-                    window = windows[k] = _Window()
-                if window.cut is None or start < window.cut:
-                    window.records.append((key, record, start))
-                    if len(window.records) >= cap:
-                        self._trim(window)
+                    window = windows[k] = _Window(scheduled(k, self.every), cap)
+                if (outliers and self._outlier(record[2], end - start) and window.since is None
+                        and isinstance(window.records, deque)):
+                    window.keep_from(start, end - start)
+                if window.admits(start, end):
+                    window.records.append((key, record, start, end))
+                    if len(window.records) >= cap and not isinstance(window.records, deque):
+                        self._trim(window)  # a ring drops its oldest by itself
                 else:
                     self.stats["sampled_out"] += 1
             elif k in self.kept:
-                cut = self._cuts.get(k)
-                if cut is None or start < cut:
+                if self._late[k].admits(start, end):
                     self._emit(key, k, record)
             else:
+                if outliers:
+                    self._outlier(record[2], end - start)
                 self.stats["sampled_out"] += 1
             if e > k:
                 self._long(key, record, k, e)
@@ -231,22 +251,21 @@ class Windower:
             if j >= self.next_close:
                 window = self.windows.get(j)
                 if window is None:
-                    window = self.windows[j] = _Window()
+                    window = self.windows[j] = _Window(scheduled(j, self.every), self._cap)
                 window.long.append((key, record))
             elif j in self.kept:
                 self._continue(key, j, sid, psid, name, start, end, tid)
 
     def _trim(self, window: _Window) -> None:
         limit = self._limit()
-        records = window.records
-        if len(records) <= limit:
-            return
-        records.sort(key=lambda item: item[2])
-        cut = records[limit][2]
-        window.cut = cut if window.cut is None else min(window.cut, cut)
-        kept = [item for item in records if item[2] < window.cut]
-        self.stats["sampled_out"] += len(records) - len(kept)
-        window.records = kept
+        records = sorted(window.records, key=lambda item: item[2])
+        if len(records) > limit:
+            cut = records[limit][2]
+            window.cut = cut if window.cut is None else min(window.cut, cut)
+            kept = [item for item in records if item[2] < window.cut]
+            self.stats["sampled_out"] += len(records) - len(kept)
+            records = kept
+        window.records = records
 
     def _close(self, now_ns: int, final: bool) -> None:
         last = self._index(now_ns) if final else self._index(now_ns - self.lag) - 1
@@ -256,7 +275,7 @@ class Windower:
         while self.next_close <= last:
             k = self.next_close
             self.next_close = k + 1
-            window = self.windows.pop(k, None) or _Window()
+            window = self.windows.pop(k, None) or _Window(True, 0)
             self._decide(k, window, now_ns, final and k == last)
 
     def _decide(self, k: int, window: _Window, now_ns: int, current: bool) -> None:
@@ -274,8 +293,9 @@ class Windower:
         self.kept[k] = verdict
         self.stats["windows"] += 1
         self._trim(window)
-        self._cuts[k] = window.cut
-        for key, record, _start in window.records:
+        late = self._late[k] = _Window(True, 0)
+        late.cut, late.since = window.cut, window.since
+        for key, record, _start, _end in window.records:
             self._emit(key, k, record)
         for key, record in window.long:
             sid, psid, name, start, end, tid = record[:6]
@@ -296,6 +316,8 @@ class Windower:
                                      semconv.RUN_ID: self.run_id}
             if window.cut is not None:
                 attrs[semconv.WINDOW_CUT_NS] = window.cut
+            if window.since is not None:
+                attrs[semconv.WINDOW_SINCE_NS] = window.since
             if self.window_attributes is not None:
                 attrs.update(self.window_attributes())
             self.sources[key].records.append(
