@@ -3,6 +3,10 @@
     otel-rl tree spans.jsonl -o timers.json
     otel-rl tree --jaeger http://localhost:16686 --trace-id 4bf92f3577b34da6a3ce929d0e0e4736
     otel-rl tree --tempo http://localhost:3200 --trace-id 4bf92f3577b34da6a3ce929d0e0e4736
+    otel-rl tree --jaeger http://localhost:16686 --run-id 20260101-120000-ab12cd
+
+With ``--run-id`` the run's traces are found by the ids every process derived from the run id:
+the tree comes from the aggregate spans of every process (exact, whatever the span policy).
 
 A tree built from a partial span set (missing parents, sampled iterations, a cut trace) is
 still written, marked ``"complete": false`` with its notes; one line on stderr says so and the
@@ -30,6 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jaeger", metavar="URL", help="Jaeger query URL, e.g. http://host:16686")
     parser.add_argument("--tempo", metavar="URL", help="Tempo URL, e.g. http://host:3200")
     parser.add_argument("--trace-id", metavar="ID", help="the trace to fetch (hex)")
+    parser.add_argument("--run-id", metavar="RUN", help="fetch every trace of this run")
     parser.add_argument(
         "--timeout", type=float, default=10.0, metavar="S", help="HTTP timeout (default: 10)"
     )
@@ -54,8 +59,8 @@ def _load(args: argparse.Namespace) -> tuple[list[SpanData], str]:
         raise UsageError("give exactly one of SPANS_FILE, --jaeger URL or --tempo URL")
     check_timeout(args.timeout)
     if args.spans_file:
-        if args.trace_id:
-            raise UsageError("--trace-id goes with --jaeger or --tempo, not a spans file")
+        if args.trace_id or getattr(args, "run_id", None):
+            raise UsageError("--trace-id and --run-id go with --jaeger or --tempo, not a spans file")
         if args.spans_file == "-":
             stdin = getattr(sys.stdin, "buffer", None)
             text = (
@@ -65,8 +70,15 @@ def _load(args: argparse.Namespace) -> tuple[list[SpanData], str]:
             )
             return parse_spans_text(text, "<stdin>"), "stdin"
         return readers.read_spans_file(args.spans_file), args.spans_file
-    if not args.trace_id:
-        raise UsageError("--trace-id is required with --jaeger or --tempo")
+    run_id = getattr(args, "run_id", None)
+    if bool(args.trace_id) == bool(run_id):
+        raise UsageError("give one of --trace-id or --run-id with --jaeger or --tempo")
+    if run_id:
+        from otel_rl._internal.readers.run import fetch_run
+
+        fetch = readers.fetch_jaeger if args.jaeger else readers.fetch_tempo
+        url = args.jaeger or args.tempo
+        return fetch_run(fetch, url, run_id, args.timeout), url
     if args.jaeger:
         return readers.fetch_jaeger(args.jaeger, args.trace_id, args.timeout), args.jaeger
     return readers.fetch_tempo(args.tempo, args.trace_id, args.timeout), args.tempo
