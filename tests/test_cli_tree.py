@@ -140,7 +140,7 @@ def test_bad_spans_files_are_one_line_errors(tmp_path: Path, content: str, fragm
     [
         ((), "give exactly one of"),
         (("x.jsonl", "--jaeger", "http://127.0.0.1:1"), "give exactly one of"),
-        (("--jaeger", "http://127.0.0.1:1"), "--trace-id is required"),
+        (("--jaeger", "http://127.0.0.1:1"), "give one of --trace-id or --run-id"),
         (("--jaeger", "http://127.0.0.1:1", "--trace-id", "not-hex"), "bad trace ID"),
         (("missing.jsonl",), "no such file"),
     ],

@@ -40,6 +40,7 @@ from otel_rl._internal.demo.policy import (
     value_loss_and_grads,
 )
 from otel_rl._internal.demo.trainer import AgentProcessor, PPOTrainer, Trajectory
+from otel_rl._internal.readers.otlp_json import read_otlp_json_file
 from tests.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
@@ -519,7 +520,9 @@ def test_demo_gathers_worker_timings_with_every_start_method(method: str, tmp_pa
     worker_steps = [n for path, n in _walk(tree) if path[-1] == "worker_step"]
     assert sum(n["count"] for n in worker_steps) == 2 * math.ceil(2000 / 16)
     assert tree["metadata"]["start_method"] == method
-    assert not (tmp_path / "demo" / "run_logs" / "spans.otlp.jsonl").exists()
+    # --spans off: no block spans; the run span, worker markers and the aggregate (exact tree).
+    spans = read_otlp_json_file(tmp_path / "demo" / "run_logs" / "spans.otlp.jsonl")
+    assert {s.attributes.get("otel_rl.kind") for s in spans} == {"run", "process", "aggregate"}
 
 
 @needs_configure

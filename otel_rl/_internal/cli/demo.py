@@ -151,10 +151,9 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_interval=args.checkpoint_interval,
         start_method=args.start_method,
     )
-    settings: dict[str, object] = {
-        "output_dir": str(logs_dir),
-        "run_id": args.run_id,
-    }
+    # The run id is not the folder name: trace ids are derived from it, so two runs into one
+    # folder name (every demo is "demo" by default) must still be two runs in a backend.
+    settings: dict[str, object] = {"output_dir": str(logs_dir)}
     if not (os.environ.get("OTEL_RL_SERVICE_NAME") or os.environ.get("OTEL_SERVICE_NAME")):
         settings["service_name"] = "otel-rl-demo"  # a default the environment can override
     if args.spans is not None:
@@ -165,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     rt = runtime.current()
     disabled = rt is not None and rt.settings.disabled
     trace_id = f"{rt.trace.trace_id:032x}" if rt is not None and rt.spans_on else None
+    otel_run_id = rt.run_id if rt is not None and not disabled else ""
     try:
         result = run_training(options, log=say)
         if disabled:
@@ -185,8 +185,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"Spans:       {logs_dir / SPANS_FILE if spans_written else '(none written)'}")
     print(f"Report:      {logs_dir / REPORT_FILE}")
     if trace_id is not None:
-        # What `otel-rl tree --jaeger URL --trace-id ...` and Jaeger's search box need.
+        # What `otel-rl tree --jaeger URL --trace-id ...` and Jaeger's search box need: the
+        # run trace (the run span and the aggregates; under `auto` blocks are in window traces).
         print(f"Trace ID:    {trace_id}")
+    if otel_run_id:
+        print(f"Run id:      {otel_run_id}  (otel-rl tree --jaeger URL --run-id {otel_run_id})")
     if disabled:
         print("otel_rl is disabled (OTEL_SDK_DISABLED / OTEL_RL_DISABLED): no spans; "
               "timers.json holds the in-process timers")

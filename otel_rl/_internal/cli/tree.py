@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from otel_rl._internal.errors import EXIT_PARTIAL, UsageError, UserError, shorten
 from otel_rl._internal.spandata import SpanData
@@ -96,6 +97,20 @@ def partial_line(notes: list[str], allow_partial: bool, what: str) -> str:
     )
 
 
+def _from_aggregates_in_file(args: argparse.Namespace) -> Any:
+    """The tree from a spans file's aggregate spans, streamed (memory does not grow with the
+    number of spans); None when the input is not a file or has no aggregates."""
+    if not args.spans_file or args.spans_file == "-" or args.jaeger or args.tempo:
+        return None
+    if args.trace_id or getattr(args, "run_id", None):
+        return None  # _load says why that is wrong
+    from otel_rl._internal.readers.stream import scan_aggregates
+    from otel_rl._internal.treebuild import tree_from_aggregates
+
+    collected = scan_aggregates(args.spans_file)
+    return tree_from_aggregates(collected) if collected else None
+
+
 def run(args: argparse.Namespace) -> int:
     """Rebuild the tree and write it; 0, or 3 for a partial tree without --allow-partial."""
     from otel_rl._internal.cli._output import check_output_path, write_output
@@ -104,11 +119,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output:
         check_output_path(args.output, "--output")
-    spans, source = _load(args)
-    if not spans:
-        raise UserError(f"no spans in {source}")
-    check_span_set(spans, source)
-    tree = build_tree(spans)
+    tree = _from_aggregates_in_file(args)
+    if tree is None:
+        spans, source = _load(args)
+        if not spans:
+            raise UserError(f"no spans in {source}")
+        check_span_set(spans, source)
+        tree = build_tree(spans)
     text = tree.to_json(indent=2) + "\n"
     if args.output:
         write_output(args.output, text)

@@ -1,0 +1,97 @@
+"""Spans files read one line (one export request) at a time, in bounded memory.
+
+`iter_spans` yields the spans of an OTLP/JSON lines file (plain or gzip) line by line through
+the input boundary; a saved Jaeger/Tempo answer (one document over many lines) is read whole,
+as it must be. `scan_aggregates` reads only what the tree needs when the file has aggregate
+spans: a line that cannot hold one (no ``otel_rl.aggregate.data`` in its bytes) is skipped
+without parsing, so `otel-rl tree` on millions of spans holds a few lines at a time.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from otel_rl._internal import semconv
+from otel_rl._internal.aggregates import Collected
+from otel_rl._internal.errors import UserError
+from otel_rl._internal.readers.boundary import (
+    DEFAULT_LIMITS,
+    Limits,
+    describe_path,
+    iter_lines,
+    open_input,
+    parse_json,
+)
+from otel_rl._internal.readers.otlp_json import parse_otlp_json_line, read_otlp_json_file
+from otel_rl._internal.spandata import SpanData
+
+__all__ = ["iter_spans", "scan_aggregates"]
+
+_MARKER = semconv.AGGREGATE_DATA.encode()
+
+
+def _open(path: str | Path, limits: Limits) -> IO[bytes]:
+    handle = open_input(path, "a spans file", limits)
+    if handle.peek(2)[:2] == b"\x1f\x8b":  # type: ignore[attr-defined]
+        return gzip.GzipFile(fileobj=handle)  # type: ignore[return-value]
+    return handle
+
+
+def _is_lines(path: str | Path, limits: Limits) -> bool:
+    """Whether the file is one request per line (else one document over many lines)."""
+    source = describe_path(path)
+    with _open(path, limits) as handle:
+        for _number, raw in iter_lines(handle, source, limits):
+            text = raw.decode("utf-8-sig", "replace").strip()
+            if not text:
+                continue
+            try:
+                parse_json(text, source, limits)
+            except UserError:
+                return False
+            return True
+    return True
+
+
+def iter_spans(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[SpanData]:
+    """The spans of `path`, one line at a time (see the module docstring)."""
+    if not _is_lines(path, limits):
+        yield from read_otlp_json_file(path, limits)
+        return
+    source = describe_path(path)
+    n = 0
+    with _open(path, limits) as handle:
+        for number, raw in iter_lines(handle, source, limits):
+            spans = parse_otlp_json_line(_text(raw, source, number), number, source, limits)
+            n += len(spans)
+            if n > limits.max_spans:
+                raise UserError(f"{source}: more than {limits.max_spans:,} spans")
+            yield from spans
+
+
+def scan_aggregates(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Collected:
+    """The aggregate spans of `path` (empty if it has none), parsing only lines that may
+    hold one."""
+    collected = Collected()
+    if not _is_lines(path, limits):
+        for span in read_otlp_json_file(path, limits):
+            collected.add(span.attributes)
+        return collected
+    source = describe_path(path)
+    with _open(path, limits) as handle:
+        for number, raw in iter_lines(handle, source, limits):
+            if _MARKER not in raw:
+                continue
+            for span in parse_otlp_json_line(_text(raw, source, number), number, source, limits):
+                collected.add(span.attributes)
+    return collected
+
+
+def _text(raw: bytes, source: str, number: int) -> str:
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{source} line {number}: not UTF-8 text (byte {exc.start})") from None

@@ -1,0 +1,142 @@
+"""Long-run workloads, run as ``python -m tests.long_workloads KIND OUT [key=value ...]``.
+
+- ``sf``: Sample Factory-shaped — no per-iteration block. Rollout worker processes (spawn) and
+  a learner thread time short top-level blocks with `Timing.add_time`; the main thread runs
+  its own short blocks. Defaults make ~220k blocks.
+- ``ml``: ML-Agents-shaped — ``advance`` iterations inside a long ``start_learning``.
+- ``killed``: blocks in a loop forever (``main_loop`` stays open), for SIGKILL and SIGTERM; a
+  ``trainer`` thread is in an open block of its own too.
+- ``machine``: a process that shares only a run id and a carrier (``CARRIER`` in the
+  environment, relay address removed) with the run: a "second machine".
+
+Settings come from ``key=value`` arguments (ints and floats converted) passed to
+`otel_rl.configure`; ``n``/``workers`` size the workload.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import otel_rl
+from otel_rl.timers import hierarchical_timer, set_gauge
+from otel_rl.timing import Timing
+
+
+def rollout(n: int) -> None:
+    timing = Timing()
+    for i in range(n):
+        with timing.add_time("env_step"):
+            pass
+        if i % 8 == 0:
+            with timing.add_time("enqueue_policy_requests"):
+                pass
+    set_gauge("rollout_fps", float(n))
+
+
+def learner(n: int) -> None:
+    timing = Timing()
+    for i in range(n):
+        with timing.add_time("split_output_tensors"):
+            pass
+        if i % 4 == 0:
+            with timing.add_time("train"):
+                with timing.add_time("backward"):
+                    pass
+
+
+def sf(n: int, workers: int) -> None:
+    procs = [mp.get_context("spawn").Process(target=rollout, args=(n,)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    thread = threading.Thread(target=learner, args=(n // 2,), name="learner")
+    thread.start()
+    for i in range(n // 4):
+        with hierarchical_timer("process_batch"):
+            pass
+        if i % 1000 == 0:
+            set_gauge("reward", float(i))
+    thread.join()
+    for p in procs:
+        p.join()
+
+
+def ml(n: int) -> None:
+    with hierarchical_timer("start_learning"):
+        for i in range(n):
+            with hierarchical_timer("advance"):
+                with hierarchical_timer("env_step"):
+                    pass
+                with hierarchical_timer("update"):
+                    pass
+            if i % 500 == 0:
+                set_gauge("reward", float(i))
+
+
+def _trainer(stop: threading.Event) -> None:
+    with hierarchical_timer("trainer_loop"):
+        while not stop.is_set():
+            with hierarchical_timer("update"):
+                time.sleep(0.001)
+
+
+def killed() -> None:
+    stop = threading.Event()
+    threading.Thread(target=_trainer, args=(stop,), name="trainer", daemon=True).start()
+    print("ready", flush=True)
+    with hierarchical_timer("main_loop"):
+        while True:
+            with hierarchical_timer("advance"):
+                with hierarchical_timer("env_step"):
+                    time.sleep(0.0005)
+
+
+def machine(n: int) -> None:
+    for _ in range(n):
+        with hierarchical_timer("remote_block"):
+            with hierarchical_timer("remote_inner"):
+                pass
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def main(argv: list[str]) -> None:
+    kind, out, *pairs = argv
+    settings = {k: _value(v) for k, v in (p.split("=", 1) for p in pairs)}
+    n = int(settings.pop("n", 50_000))
+    workers = int(settings.pop("workers", 2))
+    if kind == "machine":
+        import json
+
+        carrier = json.loads(os.environ["CARRIER"])
+        os.environ["TRACEPARENT"] = carrier["traceparent"]
+        context = json.loads(carrier["otel_rl"])
+        context.pop("relay", None)  # no relay between machines
+        os.environ["OTEL_RL_CONTEXT"] = json.dumps(context)
+    otel_rl.configure(output_dir=out, **settings)
+    if kind == "sf":
+        sf(n, workers)
+    elif kind == "ml":
+        ml(n)
+    elif kind == "killed":
+        killed()
+    elif kind == "machine":
+        machine(n)
+    else:
+        raise SystemExit(f"unknown workload {kind!r}")
+    otel_rl.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
