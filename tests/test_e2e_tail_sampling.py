@@ -8,6 +8,7 @@ configured share (10 %) may.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -100,23 +101,25 @@ def test_tail_sampling_keeps_slow_and_failed_iterations_and_few_fast_ones(
         assert len(spans_of(jaeger.get_trace(trace_id))) == 3
 
 
-def test_otel_rl_iterations_are_tail_sampled_by_the_collector(
+def test_otel_rl_windows_are_tail_sampled_by_the_collector(
     jaeger: Any, jaeger_service: str, sampling_collector: str, tmp_path: Path
 ) -> None:
-    """The same path with otel_rl as the app: past a small budget with sample_every=1, every
-    iteration is a trace of its own, and the collector keeps the slow and failed ones."""
+    """The same path with otel_rl as the app: with every time window kept (sample_every=1) and
+    windows about one iteration long, each window is a trace, and the collector keeps the
+    slow and failed ones whole."""
     import otel_rl
     from otel_rl._internal import semconv
     from otel_rl._internal.readers.otlp_json import read_otlp_json_file
     from otel_rl.timers import hierarchical_timer
 
     otel_rl.configure(service_name=jaeger_service, endpoint=f"http://{sampling_collector}",
-                      protocol="grpc", spans="auto", span_budget=10, sample_every=1,
+                      protocol="grpc", spans="auto", window=0.05, sample_every=1,
                       output_dir=str(tmp_path), flush_interval=0.1)
     since = time.time_ns() - 10**9
     kinds = ["fast"] * 30 + ["slow"] * 3 + ["failed"] * 3 + ["fast"] * 30
     with hierarchical_timer("start_learning"):
         for kind in kinds:
+            time.sleep(0.06)  # about one iteration per window
             try:
                 with hierarchical_timer("advance"):
                     with hierarchical_timer("env_step"):
@@ -130,15 +133,17 @@ def test_otel_rl_iterations_are_tail_sampled_by_the_collector(
     otel_rl.shutdown(timeout=20)
 
     sent = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")  # everything otel_rl exported
-    iterations = [s for s in sent if s.name == "advance" and semconv.SAMPLED in s.attributes]
-    assert len(iterations) >= 60  # past the budget, one trace per iteration
-    slow = {s.trace_id for s in iterations if s.duration_s >= SLOW_MS / 1000}
+    per_trace = Counter(s.trace_id for s in sent)
+    windows = {s.trace_id for s in sent if s.attributes.get(semconv.KIND) == "window"}
+    assert len(windows) >= 60  # every window kept, each its own trace
+    slow = {s.trace_id for s in sent if s.name == "env_step" and s.duration_s >= SLOW_MS / 1000
+            and not s.attributes.get(semconv.CONTINUATION)}
     failed = {s.trace_id for s in sent if s.name == "update" and s.is_error}
-    fast = {s.trace_id for s in iterations} - slow - failed
+    fast = windows - slow - failed
     assert len(slow) == 3 and len(failed) == 3
-    for trace_id in slow | failed:
-        stored = spans_of(jaeger.wait_for_spans(trace_id, 3, timeout=20))
-        assert sorted(s["name"] for s in stored) == ["advance", "env_step", "update"]
+    for trace_id in slow | failed:  # kept, and kept whole
+        stored = spans_of(jaeger.wait_for_spans(trace_id, per_trace[trace_id], timeout=20))
+        assert len(stored) == per_trace[trace_id]
     time.sleep(1.0)
     arrived = set(jaeger.find_traces(jaeger_service, since))
     assert len(arrived & fast) < len(fast) * 0.3, f"{len(arrived & fast)} of {len(fast)} fast kept"
