@@ -163,8 +163,9 @@ def run_variant(variant: str, workers: int, blocks: int,
         "process_cpu_ns": children_cpu / workers, "parent_cpu_ns": parent_cpu,
         "blocks": blocks if variant != "plain" else 0}
     if variant in ("otel_rl", "otel_sdk"):
-        # otel_rl adds a `process` marker per worker, the parent's block and the run span.
-        expected = workers * blocks + (workers + 2 if variant == "otel_rl" else 0)
+        # otel_rl adds a `process` marker per worker, the parent's block, the run span and the
+        # run's aggregate span.
+        expected = workers * blocks + (workers + 3 if variant == "otel_rl" else 0)
         received = receiver.wait_for(before + expected) - before
         result.update(expected=expected, received=received)
         if received != expected:
