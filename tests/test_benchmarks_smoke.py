@@ -68,8 +68,8 @@ def test_every_exported_span_reaches_the_receiver(smoke_run: dict[str, Any]) -> 
     core = benches["bench_core"]["results"]
     cfg = core["config"]
     for sample in core["samples"]["all"]:
-        # spans=all: every block of every nest, plus the run span, nothing dropped.
-        assert sample["expected"] == 3 * cfg["nests"] + 1
+        # spans=all: every block of every nest, plus the run and aggregate spans, none dropped.
+        assert sample["expected"] == 3 * cfg["nests"] + 2
         assert sample["received"] == sample["expected"]
         assert sample["dropped"] == 0
     for sample in core["samples"]["otel_sdk"]:
@@ -78,7 +78,9 @@ def test_every_exported_span_reaches_the_receiver(smoke_run: dict[str, Any]) -> 
         assert sample["received"] == sample["expected"] > 0
     workers = benches["bench_workers"]["results"]
     wcfg = workers["config"]
-    for variant, extra in (("otel_rl", wcfg["workers"] + 2), ("otel_sdk", 0)):
+    for sample in core["samples"]["off"]:  # no blocks: the run span and the aggregate span
+        assert sample["received"] == sample["expected"] == 2
+    for variant, extra in (("otel_rl", wcfg["workers"] + 3), ("otel_sdk", 0)):
         for sample in workers["samples"][variant]:
             assert sample["expected"] == wcfg["workers"] * wcfg["blocks"] + extra
             assert sample["received"] == sample["expected"]

@@ -104,7 +104,7 @@ def _make(rt: runtime.Runtime, st: TimerStack, base: Base, name: str,
     comp.stack.append(comp.root.get_child(name))
     if comp.trace is not None:
         comp.trace.n += 1
-        comp.span = component.span_id
+        comp.top = recorder.OpenBlock(component.span_id, comp.top, name, component.start_ns)
     return comp
 
 
@@ -128,6 +128,8 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
                  semconv.COMPONENT_INDEX: component.index}
         buffer.append((component.span_id, base.span_id, component.name, component.start_ns,
                        end_ns, comp.tid, trace.trace_id, {"attrs": attrs}))
+        if getattr(comp.top, "_sid", None) == component.span_id:
+            comp.top = comp.top._up  # recorded: not open any more (not cut short)
 
 
 def reset_after_fork() -> None:

@@ -171,9 +171,22 @@ class OpenRoot:
 
     def __init__(self, span_id: int) -> None:
         self._sid = span_id
-        self._up = None
+        self._up: Any = None
         self._name = ""
         self._start = 0
+
+
+class OpenBlock(OpenRoot):
+    """A block open in a stack that is not a `hierarchical_timer` (a Sample Factory component,
+    open for the component's life): in the chain, so windows show it and children find it."""
+
+    __slots__ = ()
+
+    def __init__(self, span_id: int, up: Any, name: str, start_ns: int) -> None:
+        super().__init__(span_id)
+        self._up = up
+        self._name = name
+        self._start = start_ns
 
 
 class TimerStack:
