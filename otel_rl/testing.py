@@ -7,7 +7,7 @@ span/trace ids and a clock that ticks a fixed step per reading.
 ...     with hierarchical_timer("update"):
 ...         pass
 >>> [s.name for s in captured.spans]
-['update', 'run']
+['update', 'run', 'otel_rl aggregate']
 >>> captured.spans[0].end_ns - captured.spans[0].start_ns
 1000
 

@@ -27,8 +27,9 @@ from otel_rl.timers import hierarchical_timer, set_gauge
 from otel_rl.timing import Timing
 
 
-def rollout(n: int) -> None:
+def rollout(n: int, go: Any) -> None:
     timing = Timing()
+    go.wait(60)
     for i in range(n):
         with timing.add_time("env_step"):
             pass
@@ -38,28 +39,41 @@ def rollout(n: int) -> None:
     set_gauge("rollout_fps", float(n))
 
 
-def learner(n: int) -> None:
+def learner(running: Any) -> None:
     timing = Timing()
-    for i in range(n):
+    i = 0
+    while running():
         with timing.add_time("split_output_tensors"):
             pass
         if i % 4 == 0:
             with timing.add_time("train"):
                 with timing.add_time("backward"):
-                    pass
+                    time.sleep(0.0002)
+        i += 1
 
 
 def sf(n: int, workers: int) -> None:
-    procs = [mp.get_context("spawn").Process(target=rollout, args=(n,)) for _ in range(workers)]
+    """Rollout workers do `n` env steps each, started together; the learner thread and the
+    main thread work alongside them until they are done, as in a real run."""
+    ctx = mp.get_context("spawn")
+    go = ctx.Event()
+    procs = [ctx.Process(target=rollout, args=(n, go)) for _ in range(workers)]
     for p in procs:
         p.start()
-    thread = threading.Thread(target=learner, args=(n // 2,), name="learner")
+
+    def running() -> bool:
+        return any(p.is_alive() for p in procs)
+
+    thread = threading.Thread(target=learner, args=(running,), name="learner")
     thread.start()
-    for i in range(n // 4):
+    go.set()
+    i = 0
+    while running():
         with hierarchical_timer("process_batch"):
-            pass
+            time.sleep(0.0002)
         if i % 1000 == 0:
             set_gauge("reward", float(i))
+        i += 1
     thread.join()
     for p in procs:
         p.join()
