@@ -281,8 +281,9 @@ def bytes_per_span(nests: int) -> dict[str, float]:
     import gzip
 
     import otel_rl
-    from otel_rl._internal import otlp_encode, runtime
-    from otel_rl._internal.otlp_encode import Batch
+    from otel_rl._internal import runtime
+    from otel_rl._internal.otlp import records as otlp_encode
+    from otel_rl._internal.otlp.records import Batch
     from otel_rl.timers import hierarchical_timer
 
     tmp = tempfile.mkdtemp(prefix="otel-rl-bench-")
@@ -295,7 +296,7 @@ def bytes_per_span(nests: int) -> dict[str, float]:
         records = list(rt.pipeline.buffer)
         rt.pipeline.buffer.clear()
         batch = [Batch(rt.resource, rt.offset_ns, records, dict(rt.thread_names))]
-        proto = otlp_encode.encode_request(batch, otlp_encode.Encoder())
+        proto = otlp_encode.encode_batches(batch, otlp_encode.Encoder())
         text = otlp_encode.JsonEncoder().request_line(batch)
         otel_rl.shutdown(30.0)
     finally:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from otel_rl._internal import aggregates, carrier, log, placement, recorder, semconv, wholerun
 from otel_rl._internal.carrier import Carrier, Context
 from otel_rl._internal.config import CARRIED, Settings, resolve
-from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
