@@ -174,4 +174,5 @@ def test_testing_module_imports_without_pytest() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["['update',", "'run']", "False", "False"]
+    assert out.stdout.split() == ["['update',", "'run',", "'otel_rl", "aggregate']", "False",
+                                  "False"]
