@@ -599,8 +599,8 @@ def test_gpu_time_survives_a_real_jaeger_and_rebuilds_the_same_tree(
 def test_sampled_iterations_that_are_gpu_blocks_carry_their_gpu_time(
     cuda: FakeCuda, tmp_path: Path
 ) -> None:
-    # Past the span budget each top-level block is an iteration with a trace of its own, kept
-    # on a schedule; its record is made when its fate is decided, after the block ended.
+    # Past the span budget a kept window holds only its first spans (the policy decides on the
+    # flush thread, after the blocks ended and their GPU time was read).
     otel_rl.configure(output_dir=str(tmp_path), spans="auto", span_budget=5, sample_every=4)
     for i in range(40):
         with hierarchical_timer("step", gpu=True):
@@ -611,6 +611,6 @@ def test_sampled_iterations_that_are_gpu_blocks_carry_their_gpu_time(
     assert (tree["count"], tree["gpu_count"]) == (40, 40)
     assert tree["gpu_total"] == pytest.approx(0.060)
     steps = [s for s in read_otlp_json_file(tmp_path / "spans.otlp.jsonl") if s.name == "step"]
-    assert 5 < len(steps) < 40  # sampled
+    assert 0 < len(steps) < 40  # sampled
     assert all(semconv.GPU_SECONDS in s.attributes for s in steps)
     assert not gpu.spans  # nothing left waiting for a span that was not kept

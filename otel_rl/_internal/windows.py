@@ -127,7 +127,9 @@ class Windower:
         return max(0, (epoch_ns - self.t0) // self.width)
 
     def _limit(self) -> int:
-        return max(1, self.budget() - 64)  # room for the window span and continuations
+        budget = self.budget()
+        # Room for the window span and the continuations of the blocks open through it.
+        return max(1, budget - min(64, budget // 4))
 
     def _source(self, batch: Batch) -> Any:
         key = batch.resource.get(semconv.PROCESS_PID)
