@@ -134,16 +134,22 @@ def test_page_loads_nothing_from_the_network() -> None:
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
 
 
-def test_capped_timeline_keeps_the_beginning_in_full_detail() -> None:
+def test_capped_timeline_summarises_the_whole_run_with_its_longest_spans() -> None:
     spans = run_spans()
     data = _data_block(html.render(build_tree(spans), spans, max_spans=40))["timeline"]
     assert (data["shown"], data["total"]) == (40, len(spans))
     t0 = min(s.start_ns for s in spans)
-    starts = sorted(s.start_ns for s in spans)
-    assert sorted(round(row[1] * 1e6) + t0 for row in data["spans"]) == starts[:40]
-    # The view ends where the first left-out span starts: nothing before it is missing.
-    assert data["end"] == pytest.approx((starts[40] - t0) / 1e6)
-    assert data["runEnd"] == pytest.approx((max(s.end_ns for s in spans) - t0) / 1e6)
+    shown = {(round(row[1] * 1e6) + t0, round(row[2] * 1e6) + t0) for row in data["spans"]}
+    durations = sorted((s.end_ns - s.start_ns for s in spans), reverse=True)
+    # The longest spans, from anywhere in the run; every one at least minMs long...
+    assert sorted((e - b for b, e in shown), reverse=True) == durations[:40]
+    assert data["minMs"] == pytest.approx(durations[39] / 1e6)
+    # ...with their parents (a parent lasts at least as long as its child)...
+    rows = data["spans"]
+    assert all(row[6] >= 0 or row[3] == 0 for row in rows)
+    # ...and the view is the whole run, not its first seconds.
+    assert data["end"] == pytest.approx((max(s.end_ns for s in spans) - t0) / 1e6)
+    assert data["runEnd"] == data["end"]
     everything = _data_block(html.render(build_tree(spans), spans))["timeline"]
     assert everything["shown"] == everything["total"] == len(spans)
     assert everything["end"] == everything["runEnd"]
@@ -372,7 +378,8 @@ def test_capped_timeline_says_so(open_report: Callable[..., Any]) -> None:
     driver = open_report(build_tree(spans), spans, max_spans=50)
     assert len(driver.find_elements(By.CSS_SELECTOR, "#timeline .span")) == 50
     note = driver.find_element(By.ID, "timeline-note").text
-    assert note.startswith(f"Showing the first 50 of {len(spans)} spans, the first ")
+    assert note.startswith(f"Showing the 50 longest of {len(spans)} spans (each at least ")
+    assert "over the whole run" in note
 
 
 @pytest.mark.chromium

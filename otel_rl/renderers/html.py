@@ -13,10 +13,11 @@ Example::
 
 from __future__ import annotations
 
+import heapq
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -29,9 +30,9 @@ from otel_rl.renderers.treeview import format_count, format_seconds
 
 __all__ = ["MAX_TIMELINE_SPANS", "render"]
 
-#: Spans drawn in the timeline at most. Beyond it the timeline shows the run's beginning in
-#: full detail (the first spans by start time, every lane and nesting level) rather than a
-#: thinned-out whole run: the icicle already gives the whole-run picture. The page says so.
+#: Spans drawn in the timeline at most. Beyond it the timeline summarises the whole run: the
+#: longest spans (every one at least as long as the shortest shown, with all its parents), so
+#: a long run is seen end to end at a coarser grain. The page says so.
 MAX_TIMELINE_SPANS = 5000
 _TOP_SELF_ROWS = 15
 _FLAG_ERROR = 1
@@ -152,12 +153,28 @@ def _lanes(
     return lane_keys, labels
 
 
+def longest(spans: Iterable[SpanData], cap: int) -> list[SpanData]:
+    """The `cap` longest spans (the earlier on a tie). A parent lasts at least as long as its
+    child and starts no later, so what is kept keeps its parents: a summary of the whole run
+    at a coarser grain, not its first seconds."""
+    return heapq.nsmallest(cap, spans, key=lambda s: (s.start_ns - s.end_ns, s.start_ns,
+                                                      s.span_id))
+
+
 def _timeline_data(spans: Sequence[SpanData], cap: int) -> dict[str, Any]:
-    """Lanes (one per process + thread) and spans as compact rows for the page's script."""
-    total = len(spans)
+    """Lanes (one per process + thread) and spans as compact rows for the page's script.
+
+    Past `cap` spans the timeline summarises the whole run: the `cap` longest spans. `spans`
+    may itself be such a summary, streamed from a larger file (`total` = spans it stood for).
+    """
+    stood_for = int(getattr(spans, "total", 0) or 0)
+    spans = [s for s in spans if s.attributes.get(semconv.KIND) != semconv.KIND_AGGREGATE]
+    total = stood_for or len(spans)
+    kept = spans if len(spans) <= cap else longest(spans, cap)
+    summarised = len(kept) < total
     # Parents before children: by start, the longer first on a tie.
-    ordered = sorted(spans, key=lambda s: (s.start_ns, -(s.end_ns - s.start_ns)))
-    chosen = ordered[:cap]
+    chosen = sorted(kept, key=lambda s: (s.start_ns, -(s.end_ns - s.start_ns)))
+    ordered = chosen
     if not chosen:
         return {"lanes": [], "spans": [], "names": [], "total": total, "shown": 0, "end": 0}
     t0 = chosen[0].start_ns
@@ -182,7 +199,8 @@ def _timeline_data(spans: Sequence[SpanData], cap: int) -> dict[str, Any]:
         if span.is_error:
             flags |= _FLAG_ERROR
             errors[str(len(rows))] = _error_text(span)
-        if span.attributes.get(semconv.KIND) in (semconv.KIND_RUN, semconv.KIND_PROCESS):
+        if span.attributes.get(semconv.KIND) in (semconv.KIND_RUN, semconv.KIND_PROCESS,
+                                                 semconv.KIND_WINDOW):
             flags |= _FLAG_MARKER
         placed[(span.trace_id, span.span_id)] = (len(rows), depth)
         rows.append(
@@ -206,19 +224,11 @@ def _timeline_data(spans: Sequence[SpanData], cap: int) -> dict[str, Any]:
         "errors": errors,
         "total": total,
         "shown": len(rows),
-        "end": _window_end(ordered, cap, t0, rows),
+        "end": max(row[2] for row in rows),
         "runEnd": (max(s.end_ns for s in ordered) - t0) / 1e6,
+        # Summarised: every span at least this long is shown (ms), over the whole run.
+        "minMs": min(s.end_ns - s.start_ns for s in chosen) / 1e6 if summarised else 0,
     }
-
-
-def _window_end(ordered: Sequence[SpanData], cap: int, t0: int, rows: list[list[Any]]) -> float:
-    """Where the timeline's initial view ends (ms from `t0`): all of it, or, when capped, the
-    start of the first span left out — up to there, nothing is missing."""
-    shown_end: float = max(row[2] for row in rows)
-    if len(ordered) <= cap:
-        return shown_end
-    cut = (ordered[cap].start_ns - t0) / 1e6
-    return cut if cut > 0 else shown_end
 
 
 def _json_script(data: Any) -> str:

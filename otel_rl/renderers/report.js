@@ -375,8 +375,9 @@
     var procs = {};
     tl.lanes.forEach(function (l) { procs[l.process] = 1; });
     var summary = (tl.shown < tl.total
-      ? "Showing the first " + fmtN(tl.shown) + " of " + fmtN(tl.total) + " spans, the first " +
-        fmtS(tl.end / 1000) + " of " + fmtS(tl.runEnd / 1000) + " (capped to keep the page responsive)"
+      ? "Showing the " + fmtN(tl.shown) + " longest of " + fmtN(tl.total) + " spans (each at least " +
+        fmtS(tl.minMs / 1000) + "), over the whole run of " + fmtS(tl.runEnd / 1000) +
+        " (summarised to keep the page responsive)"
       : fmtN(tl.total) + " spans") +
       " in " + tl.lanes.length + " lanes (" + Object.keys(procs).length + " processes, by thread)." +
       " Drag across the lanes to zoom in, click a span to fit it; hover to see its parents.";

@@ -1,6 +1,7 @@
 """``otel-rl replay``: send a saved OTLP-JSON spans file to a collector or backend.
 
-The file is read through once before anything is sent, so a malformed line sends nothing. If
+The file is read through once before anything is sent, so a malformed line sends nothing; it is
+then read again and sent a line (one request) at a time, so memory does not grow with it. If
 the endpoint fails part-way, the command says how much arrived and exits non-zero — replaying
 again would duplicate what did.
 """
@@ -11,7 +12,7 @@ import argparse
 import math
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from otel_rl._internal.errors import (
     IncompleteResultError,
@@ -122,12 +123,16 @@ def _check_endpoint(endpoint: str) -> None:
         raise UsageError(f"--endpoint {shown(endpoint)}: port {port} is out of range")
 
 
-def send_all(transport: OtlpTransport, requests: Sequence[tuple[bytes, int]], what: str) -> None:
+def send_all(transport: OtlpTransport, requests: Iterable[tuple[bytes, int]], what: str,
+             total_spans: int | None = None) -> None:
     """Send ``(request, span count)`` pairs in order, retrying transient failures; then close.
+    `requests` may be a stream when `total_spans` is given.
 
     Raises `UnavailableError` if nothing arrived and `IncompleteResultError` if only part did.
     """
-    total_spans = sum(count for _request, count in requests)
+    if total_spans is None:
+        requests = list(requests)
+        total_spans = sum(count for _request, count in requests)
     sent_spans = 0
     try:
         for request, count in requests:
@@ -163,14 +168,18 @@ def _send_with_retries(transport: OtlpTransport, request: bytes) -> None:
 
 def run(args: argparse.Namespace) -> int:
     transport = make_transport(args)
-    # Read the whole file first: a bad line must not leave half a file sent.
-    requests = [(request, count) for _lineno, request, count in read_request_lines(args.file)]
-    total = sum(count for _request, count in requests)
+    # Read the whole file first: a bad line must not leave half a file sent. Only counts are
+    # kept; the second pass streams the requests.
+    total = n_requests = 0
+    for _lineno, _request, count in read_request_lines(args.file):
+        total += count
+        n_requests += 1
     if total == 0:
         raise UserError(f"{describe_path(args.file)}: no spans to send")
-    send_all(transport, requests, args.file)
+    requests = ((request, count) for _lineno, request, count in read_request_lines(args.file))
+    send_all(transport, requests, args.file, total)
     print(
-        f"sent {total} spans in {len(requests)} requests from {args.file} "
+        f"sent {total} spans in {n_requests} requests from {args.file} "
         f"to {transport.url} ({args.protocol})"
     )
     return 0

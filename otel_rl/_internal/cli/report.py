@@ -75,6 +75,9 @@ def load_input(path: str | Path) -> tuple[Tree, list[SpanData] | None]:
         read_input,
     )
 
+    streamed = _from_aggregates(path)
+    if streamed is not None:
+        return streamed
     source = describe_path(path)
     text = decode_text(read_input(path, "a timers.json or spans file"), source)
     if not text.strip():
@@ -101,6 +104,22 @@ def load_input(path: str | Path) -> tuple[Tree, list[SpanData] | None]:
         raise UserError(f"{source}: no spans in the file")
     check_span_set(spans, source)
     return build_tree(spans), spans
+
+
+def _from_aggregates(path: str | Path) -> tuple[Tree, list[SpanData]] | None:
+    """For a spans file with aggregate spans: the exact tree from them and the whole-run
+    timeline's longest spans, both streamed (memory does not grow with the file); else None."""
+    from otel_rl._internal.readers.stream import is_spans_lines, sample_longest, scan_aggregates
+
+    if not is_spans_lines(path):
+        return None
+    collected = scan_aggregates(path)
+    if not collected:
+        return None
+    from otel_rl._internal.treebuild import tree_from_aggregates
+    from otel_rl.renderers.html import MAX_TIMELINE_SPANS
+
+    return tree_from_aggregates(collected), sample_longest(path, MAX_TIMELINE_SPANS)
 
 
 def read_timers_document(doc: Any, source: str) -> Tree:

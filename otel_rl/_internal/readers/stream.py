@@ -10,6 +10,7 @@ without parsing, so `otel-rl tree` on millions of spans holds a few lines at a t
 from __future__ import annotations
 
 import gzip
+import heapq
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -28,7 +29,7 @@ from otel_rl._internal.readers.boundary import (
 from otel_rl._internal.readers.otlp_json import parse_otlp_json_line, read_otlp_json_file
 from otel_rl._internal.spandata import SpanData
 
-__all__ = ["iter_spans", "scan_aggregates"]
+__all__ = ["SpanSample", "is_spans_lines", "iter_spans", "sample_longest", "scan_aggregates"]
 
 _MARKER = semconv.AGGREGATE_DATA.encode()
 
@@ -54,6 +55,49 @@ def _is_lines(path: str | Path, limits: Limits) -> bool:
                 return False
             return True
     return True
+
+
+def is_spans_lines(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> bool:
+    """Whether `path` is a spans file of one export request per line (its first line is a
+    whole JSON object with ``resourceSpans``), the shape `iter_spans` streams."""
+    source = describe_path(path)
+    with _open(path, limits) as handle:
+        for _number, raw in iter_lines(handle, source, limits):
+            text = raw.decode("utf-8-sig", "replace").strip()
+            if not text:
+                continue
+            try:
+                doc = parse_json(text, source, limits)
+            except UserError:
+                return False
+            return isinstance(doc, dict) and ("resourceSpans" in doc or "resource_spans" in doc)
+    return False
+
+
+class SpanSample(list[SpanData]):
+    """Some of a file's spans; `total` is how many spans the file held."""
+
+    def __init__(self, spans: list[SpanData], total: int) -> None:
+        super().__init__(spans)
+        self.total = total
+
+
+def sample_longest(path: str | Path, cap: int, limits: Limits = DEFAULT_LIMITS) -> SpanSample:
+    """The `cap` longest spans of `path` (aggregate spans left out), streamed: what the
+    report's whole-run timeline shows, in memory bounded by `cap`."""
+    heap: list[tuple[int, int, int, SpanData]] = []
+    total = 0
+    for seq, span in enumerate(iter_spans(path, limits)):
+        if span.attributes.get(semconv.KIND) == semconv.KIND_AGGREGATE:
+            continue
+        total += 1
+        # Longest first; on a tie the earlier start (a parent before its child).
+        item = (span.end_ns - span.start_ns, -span.start_ns, -seq, span)
+        if len(heap) < cap:
+            heapq.heappush(heap, item)
+        elif item[:3] > heap[0][:3]:
+            heapq.heapreplace(heap, item)
+    return SpanSample([item[3] for item in heap], total)
 
 
 def iter_spans(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[SpanData]:
