@@ -13,14 +13,19 @@ processes and threads join the trace, and ``timers.json`` covers the whole run.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from otel_rl._internal import propagation, runtime
+from otel_rl._internal.config import Compression, Protocol, SpanPolicy, settings_doc
 from otel_rl._internal.propagation import attach_context, get_context, inject_env
 from otel_rl._internal.runtime import VERSION as __version__
 from otel_rl._internal.runtime import context_from_env
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
     from otel_rl._internal.sdk_exporter import ThreadAttributesSpanProcessor, TimerTreeExporter
 
 __all__ = [
@@ -37,31 +42,62 @@ __all__ = [
 ]
 
 
-def configure(**settings: Any) -> None:
-    """Turn spans on for this process (and, automatically, its threads and worker processes).
-
-    Every setting can also come from the environment; precedence is argument >
-    ``OTEL_RL_*`` > standard ``OTEL_*`` > default. The main ones:
-
-    - ``service_name`` (``OTEL_SERVICE_NAME``)
-    - ``endpoint`` (``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``), ``protocol`` (``grpc`` or
-      ``http/protobuf``), ``headers``, ``compression``, ``timeout``, ``insecure``,
-      ``certificate``, ``client_key``, ``client_certificate``
-    - ``output_dir`` (``OTEL_RL_OUTPUT_DIR``): ``timers.json`` and ``spans.otlp.jsonl`` are
-      written there; with no endpoint the default is ``./otel-rl-runs/<run id>``
-    - ``spans`` (``OTEL_RL_SPANS``): ``all``, ``auto`` (default) or ``off``; ``span_budget``
-    - ``disabled`` (``OTEL_SDK_DISABLED``), ``resource_attributes``
-      (``OTEL_RESOURCE_ATTRIBUTES``), ``propagate``, ``inherit_context``, ``run_id``
-    - ``gpu_blocks`` (``OTEL_RL_GPU_BLOCKS``): blocks also timed on the GPU with CUDA events
-      (names or patterns, e.g. ``"forward,backward,update"``); ``gpu_timeout``
-    - ``exporters``: extra standard OTel ``SpanExporter`` objects
-
-    An invalid argument raises ``ValueError``; a malformed environment value is ignored with
-    a warning. Calling it again reconfigures (the previous configuration is shut down first).
-    """
-    rt = runtime.configure(settings)
+def configure(
+    *,
+    service_name: str | None = None,
+    endpoint: str | None = None,
+    protocol: Protocol | None = None,
+    headers: Mapping[str, str] | str | None = None,
+    compression: Compression | None = None,
+    timeout: float | None = None,
+    insecure: bool | None = None,
+    certificate: str | None = None,
+    client_key: str | None = None,
+    client_certificate: str | None = None,
+    disabled: bool | None = None,
+    resource_attributes: Mapping[str, str] | str | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    run_id: str | None = None,
+    spans: SpanPolicy | None = None,
+    span_budget: int | None = None,
+    sample_every: int | None = None,
+    window: float | None = None,
+    max_buffer: int | None = None,
+    flush_interval: float | None = None,
+    batch_size: int | None = None,
+    shutdown_timeout: float | None = None,
+    timers_interval: float | None = None,
+    handle_sigterm: bool | None = None,
+    propagate: bool | None = None,
+    inherit_context: bool | None = None,
+    gpu_blocks: str | Sequence[str] | None = None,
+    gpu_timeout: float | None = None,
+    worker_role: str | None = None,
+    worker_index: int | None = None,
+    exporters: Sequence[SpanExporter] | None = None,
+) -> None:
+    # The docstring is completed from the settings table below (one source for both).
+    arguments = {name: value for name, value in locals().items() if value is not None}
+    rt = runtime.configure(arguments)
     if rt.settings.propagate and not rt.settings.disabled:
         propagation.install()
+
+
+configure.__doc__ = """Turn spans on for this process (and, automatically, its threads and worker
+    processes).
+
+    Every setting (``None``: not given) can also come from the environment; precedence is
+    argument > ``OTEL_RL_*`` > standard ``OTEL_*`` > default. An invalid argument raises
+    ``ValueError``; a malformed environment value is ignored with a warning. Calling it again
+    reconfigures (the previous configuration is shut down first).
+
+    >>> otel_rl.configure(service_name="trainer", endpoint="http://localhost:4318")  # doctest: +SKIP
+
+    Settings (environment variables in precedence order):
+
+""" + settings_doc("    ") + """
+    - ``exporters``: extra standard OTel ``SpanExporter`` objects that also get every span.
+    """
 
 
 def shutdown(timeout: float | None = None) -> None:

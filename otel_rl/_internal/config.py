@@ -10,13 +10,19 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from otel_rl._internal import log
 
-SPAN_POLICIES = ("all", "auto", "off")
-PROTOCOLS = ("grpc", "http/protobuf")
-COMPRESSIONS = ("gzip", "none")
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+SpanPolicy = Literal["all", "auto", "off"]
+Protocol = Literal["grpc", "http/protobuf"]
+Compression = Literal["gzip", "none"]
+SPAN_POLICIES: tuple[SpanPolicy, ...] = get_args(SpanPolicy)
+PROTOCOLS: tuple[Protocol, ...] = get_args(Protocol)
+COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -244,7 +250,7 @@ TABLE: tuple[_Setting, ...] = (
              "instrument multiprocessing, executors, subprocess and threads", _check_bool, carried=True),
     _Setting("inherit_context", ("OTEL_RL_INHERIT_CONTEXT",), _parse_bool, True,
              "continue a trace handed down by a parent (TRACEPARENT)", _check_bool),
-    _Setting("gpu_blocks", ("OTEL_RL_GPU_BLOCKS",), _parse_names, None,
+    _Setting("gpu_blocks", ("OTEL_RL_GPU_BLOCKS",), _parse_names, (),
              "blocks also timed on the GPU with CUDA events: names or patterns, "
              "comma-separated (e.g. forward,backward,update or opt_*)", _check_names, carried=True),
     _Setting("gpu_timeout", ("OTEL_RL_GPU_TIMEOUT",), _parse_positive_float, 10.0,
@@ -257,20 +263,27 @@ TABLE: tuple[_Setting, ...] = (
 )
 
 _BY_NAME = {s.name: s for s in TABLE}
+
+
+def settings_doc(indent: str) -> str:
+    """The table as a docstring list (`otel_rl.configure`'s), one item per setting."""
+    import textwrap
+
+    items = []
+    for s in TABLE:
+        default = "" if s.default is None or s.default in ({}, ()) else f" Default ``{s.default!r}``."
+        env = ", ".join(f"``{var}``" for var in s.env)
+        text = f"- ``{s.name}`` ({env}): {s.doc}.{default}"
+        items.append(textwrap.fill(text, 96, initial_indent=indent,
+                                   subsequent_indent=indent + "  "))
+    return "\n".join(items)
 #: Settings handed to worker processes in their carrier (the table's `carried` column).
 CARRIED = tuple(s.name for s in TABLE if s.carried)
 
 
+#: Every attribute of `Settings` with its default: the table's, plus what `resolve` derives.
 _SETTINGS_DEFAULTS: dict[str, Any] = {
-    "service_name": "unknown_service:python", "endpoint": None, "traces_endpoint_is_full": False,
-    "protocol": "http/protobuf", "headers": {}, "compression": "none", "timeout": 10.0,
-    "insecure": None, "certificate": None, "client_key": None, "client_certificate": None,
-    "disabled": False, "resource_attributes": {}, "output_dir": None, "run_id": "",
-    "spans": "auto", "span_budget": 10_000, "sample_every": 10, "window": 10.0,
-    "max_buffer": 500_000,
-    "flush_interval": 2.0, "batch_size": 2048, "shutdown_timeout": 5.0, "propagate": True,
-    "timers_interval": 60.0, "handle_sigterm": True, "gpu_blocks": (), "gpu_timeout": 10.0,
-    "inherit_context": True, "worker_role": None, "worker_index": None, "exporters": (),
+    **{s.name: s.default for s in TABLE}, "traces_endpoint_is_full": False, "exporters": (),
 }
 
 
@@ -281,9 +294,9 @@ class Settings:
     service_name: str
     endpoint: str | None
     traces_endpoint_is_full: bool
-    protocol: str
+    protocol: Protocol
     headers: dict[str, str]
-    compression: str
+    compression: Compression
     timeout: float
     insecure: bool | None
     certificate: str | None
@@ -293,7 +306,7 @@ class Settings:
     resource_attributes: dict[str, str]
     output_dir: str | None
     run_id: str
-    spans: str
+    spans: SpanPolicy
     span_budget: int
     sample_every: int
     window: float
@@ -309,7 +322,7 @@ class Settings:
     inherit_context: bool
     worker_role: str | None
     worker_index: int | None
-    exporters: tuple[Any, ...]
+    exporters: tuple[SpanExporter, ...]
 
     def __init__(self, **values: Any) -> None:
         for name, default in _SETTINGS_DEFAULTS.items():

@@ -218,7 +218,7 @@ class Runtime:
         s = self.settings
         assert s.endpoint is not None
         return OtlpTransport(
-            endpoint=s.endpoint, protocol=s.protocol,  # type: ignore[arg-type]
+            endpoint=s.endpoint, protocol=s.protocol,
             headers=s.headers,
             compression=None if s.compression == "none" else "gzip",
             timeout_s=s.timeout, insecure=s.insecure,

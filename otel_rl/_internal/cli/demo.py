@@ -153,12 +153,13 @@ def run(args: argparse.Namespace) -> int:
     )
     # The run id is not the folder name: trace ids are derived from it, so two runs into one
     # folder name (every demo is "demo" by default) must still be two runs in a backend.
-    settings: dict[str, object] = {"output_dir": str(logs_dir)}
-    if not (os.environ.get("OTEL_RL_SERVICE_NAME") or os.environ.get("OTEL_SERVICE_NAME")):
-        settings["service_name"] = "otel-rl-demo"  # a default the environment can override
-    if args.spans is not None:
-        settings["spans"] = args.spans
-    otel_rl.configure(**settings)
+    named = os.environ.get("OTEL_RL_SERVICE_NAME") or os.environ.get("OTEL_SERVICE_NAME")
+    otel_rl.configure(
+        output_dir=str(logs_dir),
+        # A default the environment can override.
+        service_name=None if named else "otel-rl-demo",
+        spans=args.spans,
+    )
     from otel_rl._internal import runtime
 
     rt = runtime.current()
