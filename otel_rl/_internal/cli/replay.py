@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 import urllib.parse
 from collections.abc import Iterable
 
@@ -22,24 +21,16 @@ from otel_rl._internal.errors import (
     one_line,
     shown,
 )
-from otel_rl._internal.otlp.requests import (
-    read_request_lines,
-    request_span_count,
-    split_request,
-)
-from otel_rl._internal.otlp.transport import (
-    GRPC_MAX_MESSAGE_BYTES,
-    ExportError,
-    OtlpTransport,
-)
+from otel_rl._internal.otlp.delivery import GRPC_SPLIT_BYTES, Delivery, SerializedRequest
+from otel_rl._internal.otlp.requests import read_request_lines
+from otel_rl._internal.otlp.transport import ExportError, OtlpTransport
 from otel_rl._internal.readers.boundary import describe_path
 
-#: Attempts per request for errors the OTLP specification calls transient.
+#: Attempts per request for errors the OTLP specification calls transient, with waits of
+#: 0.5 s then 1 s between them (unless the server asks for another).
 _ATTEMPTS = 3
-_BACKOFF_S = (0.5, 1.0)
+_BACKOFF_S = 0.25
 _MAX_RETRY_AFTER_S = 10.0
-#: Lines bigger than this are split before going over gRPC (receivers refuse > 4 MiB).
-_GRPC_SPLIT_BYTES = GRPC_MAX_MESSAGE_BYTES * 7 // 8
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -125,8 +116,9 @@ def _check_endpoint(endpoint: str) -> None:
 
 def send_all(transport: OtlpTransport, requests: Iterable[tuple[bytes, int]], what: str,
              total_spans: int | None = None) -> None:
-    """Send ``(request, span count)`` pairs in order, retrying transient failures; then close.
-    `requests` may be a stream when `total_spans` is given.
+    """Send ``(request, span count)`` pairs in order through the shared `Delivery` (retrying
+    transient failures a few times, splitting what is too large); then close. `requests` may
+    be a stream when `total_spans` is given.
 
     Raises `UnavailableError` if nothing arrived and `IncompleteResultError` if only part did.
     """
@@ -134,36 +126,24 @@ def send_all(transport: OtlpTransport, requests: Iterable[tuple[bytes, int]], wh
         requests = list(requests)
         total_spans = sum(count for _request, count in requests)
     sent_spans = 0
+    delivery = Delivery(lambda: transport, max_attempts=_ATTEMPTS, backoff_s=_BACKOFF_S,
+                        max_retry_after_s=_MAX_RETRY_AFTER_S, max_bytes=GRPC_SPLIT_BYTES)
     try:
         for request, count in requests:
-            parts = [request]
-            if transport.protocol == "grpc":
-                parts = split_request(request, _GRPC_SPLIT_BYTES)
-            for part in parts:
-                try:
-                    _send_with_retries(transport, part)
-                except ExportError as exc:
-                    if sent_spans == 0:
-                        raise UnavailableError(f"could not send {what}: {exc.message}") from None
-                    raise IncompleteResultError(
-                        f"partly sent: only {sent_spans} of {total_spans} spans reached "
-                        f"{transport.url} before: {exc.message}"
-                    ) from None
-                sent_spans += count if len(parts) == 1 else request_span_count(part)
+            outcome = delivery.send(SerializedRequest(request, count))
+            sent_spans += outcome.sent
+            if outcome.ok:
+                continue
+            error = outcome.error
+            message = error.message if isinstance(error, ExportError) else one_line(error)
+            if sent_spans == 0:
+                raise UnavailableError(f"could not send {what}: {message}")
+            raise IncompleteResultError(
+                f"partly sent: only {sent_spans} of {total_spans} spans reached "
+                f"{transport.url} before: {message}"
+            )
     finally:
-        transport.close()
-
-
-def _send_with_retries(transport: OtlpTransport, request: bytes) -> None:
-    for attempt in range(_ATTEMPTS):
-        try:
-            transport.send(request)
-            return
-        except ExportError as exc:
-            if not exc.retryable or attempt == _ATTEMPTS - 1:
-                raise
-            delay = exc.retry_after_s if exc.retry_after_s is not None else _BACKOFF_S[attempt]
-            time.sleep(min(delay, _MAX_RETRY_AFTER_S))
+        delivery.close()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,212 @@
+"""The one retry-and-split policy for OTLP export requests.
+
+Both the live pipeline (`sinks.otlp.OtlpSink`) and ``otel-rl replay`` / ``otel-rl import`` send
+serialised ``ExportTraceServiceRequest``s through a `Delivery`:
+
+- what the OTLP specification calls retryable (gRPC UNAVAILABLE, HTTP 429/502/503/504, a
+  dropped connection) is retried after the server's ``Retry-After`` when it gives one, else
+  after an exponential backoff (`backoff_s` doubling, at most `max_backoff_s`), until the
+  caller's deadline or `max_attempts`;
+- a request the receiver refuses for its size is sent again in halves (`Request.halves`: the
+  pipeline re-encodes half its records, a spans file's request is split by span); a
+  serialised request over `max_bytes` is split before it goes over gRPC (servers refuse
+  > 4 MiB);
+- the first part that cannot be delivered ends the request: `Outcome` says how many spans
+  arrived, how many did not, and why. Nothing here raises into the caller.
+
+The backoff state outlives a request, so a collector that is down is not hammered by every
+flush.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from otel_rl._internal.otlp.transport import GRPC_MAX_MESSAGE_BYTES, ExportError, OtlpTransport
+
+__all__ = ["GRPC_SPLIT_BYTES", "Delivery", "Outcome", "Request", "SerializedRequest"]
+
+#: Requests larger than this are split before they go over gRPC (7/8 of the 4 MiB limit).
+GRPC_SPLIT_BYTES = GRPC_MAX_MESSAGE_BYTES * 7 // 8
+
+
+class Request(Protocol):
+    """One export request: its bytes, how many spans it holds, and its two halves."""
+
+    @property
+    def data(self) -> bytes: ...
+
+    @property
+    def spans(self) -> int: ...
+
+    def halves(self) -> list[Request]:
+        """The request as (at least two) smaller requests; [] if it cannot be split."""
+        ...
+
+
+class SerializedRequest:
+    """A request known only as protobuf bytes (a spans file's line); split by parsing it."""
+
+    __slots__ = ("data", "spans")
+
+    def __init__(self, data: bytes, spans: int) -> None:
+        self.data = data
+        self.spans = spans
+
+    def halves(self) -> list[Request]:
+        return self.split(len(self.data) // 2)
+
+    def split(self, max_bytes: int) -> list[Request]:
+        # protobuf is imported only here: requests are rarely too large.
+        from otel_rl._internal.otlp.requests import request_span_count, split_request
+
+        parts = split_request(self.data, max_bytes)
+        if len(parts) < 2:
+            return []
+        return [SerializedRequest(part, request_span_count(part)) for part in parts]
+
+
+class Outcome:
+    """What became of one request: spans `sent`, spans `lost`, and why (`reason`, `error`)."""
+
+    __slots__ = ("error", "lost", "reason", "sent")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.lost = 0
+        #: One line for a person ("collector unreachable at ...", "rejected by ...: ...").
+        self.reason = ""
+        self.error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0
+
+
+class Delivery:
+    """Sends serialised requests over one `OtlpTransport` (made on first use by `factory`)."""
+
+    def __init__(self, factory: Callable[[], OtlpTransport], *, where: str | None = None,
+                 max_attempts: int | None = None,
+                 backoff_s: float = 0.25, max_backoff_s: float = 5.0,
+                 max_retry_after_s: float | None = None, max_bytes: int | None = None,
+                 on_retry: Callable[[ExportError], None] | None = None) -> None:
+        self._factory = factory
+        self._where = where
+        self.transport: OtlpTransport | None = None
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self.max_bytes = max_bytes
+        self.on_retry = on_retry
+        self._timeout = 10.0
+        self._failures = 0
+        self._backoff_until = 0.0
+
+    @property
+    def where(self) -> str:
+        """The destination, as messages name it."""
+        if self._where is not None:
+            return self._where
+        return self.transport.url if self.transport is not None else "the collector"
+
+    def send(self, request: Request, deadline: float | None = None) -> Outcome:
+        """Deliver `request` by `deadline` (time.monotonic(); None: no deadline, only
+        `max_attempts`)."""
+        outcome = Outcome()
+        try:
+            transport = self._transport()
+        except Exception as exc:  # a bad endpoint: nothing can be sent
+            outcome.lost, outcome.error = request.spans, exc
+            outcome.reason = f"cannot export to {self.where}: {exc}"
+            return outcome
+        parts: list[Request] = [request]
+        if (self.max_bytes is not None and transport.protocol == "grpc"
+                and len(request.data) > self.max_bytes
+                and isinstance(request, SerializedRequest)):
+            parts = request.split(self.max_bytes) or parts
+        while parts:
+            part = parts.pop(0)
+            error = self._send_one(transport, part.data, deadline)
+            if error is None:
+                outcome.sent += part.spans
+                continue
+            if isinstance(error, ExportError) and error.too_large and part.spans > 1:
+                halves = part.halves()  # the receiver's size limit: send it in halves
+                if halves:
+                    parts[:0] = halves
+                    continue
+            outcome.lost = part.spans + sum(p.spans for p in parts)
+            outcome.error = error
+            outcome.reason = self._reason(error)
+            break
+        return outcome
+
+    def close(self) -> None:
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            try:
+                transport.close()
+            except Exception:
+                pass
+
+    # -- one request, with retries ---------------------------------------------------------------
+    def _transport(self) -> OtlpTransport:
+        if self.transport is None:
+            self.transport = self._factory()
+            self._timeout = self.transport.timeout_s
+        return self.transport
+
+    def _send_one(self, transport: OtlpTransport, request: bytes,
+                  deadline: float | None) -> Exception | None:
+        attempts = 0
+        while True:
+            now = time.monotonic()
+            wait = self._backoff_until - now
+            if wait > 0:
+                if deadline is not None and self._backoff_until >= deadline:
+                    return _Unreachable()
+                time.sleep(wait)
+                now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return _Unreachable()
+            attempts += 1
+            try:
+                # Never wait on the network past the caller's deadline (shutdown).
+                transport.timeout_s = (self._timeout if deadline is None
+                                       else max(0.05, min(self._timeout, deadline - now)))
+                transport.send(request)
+            except ExportError as exc:
+                if exc.too_large or not exc.retryable or (
+                        self.max_attempts is not None and attempts >= self.max_attempts):
+                    return exc
+                self._failures += 1
+                delay = exc.retry_after_s
+                if delay is None:
+                    delay = min(self.max_backoff_s, self.backoff_s * 2 ** self._failures)
+                elif self.max_retry_after_s is not None:
+                    delay = min(delay, self.max_retry_after_s)
+                self._backoff_until = time.monotonic() + delay
+                if self.on_retry is not None:
+                    self.on_retry(exc)
+            except Exception as exc:  # a transport bug must not reach the caller
+                return exc
+            else:
+                self._failures = 0
+                self._backoff_until = 0.0
+                return None
+
+    def _reason(self, error: Exception) -> str:
+        if isinstance(error, _Unreachable):
+            return f"collector unreachable at {self.where}"
+        if isinstance(error, ExportError):
+            return f"rejected by {self.where}: {error.message}"
+        return f"export error: {type(error).__name__}"
+
+
+class _Unreachable(Exception):
+    """The deadline passed while the collector was failing or backing off."""
+
