@@ -26,7 +26,16 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import aggregates, carrier, log, placement, recorder, semconv, wholerun
+from otel_rl._internal import (
+    aggregates,
+    atomic,
+    carrier,
+    log,
+    placement,
+    recorder,
+    semconv,
+    wholerun,
+)
 from otel_rl._internal.carrier import Carrier, Context
 from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.otlp.records import Batch
@@ -470,10 +479,7 @@ class Runtime:
         path = os.path.join(self.output_dir, name)
         try:
             os.makedirs(self.output_dir, exist_ok=True)
-            tmp = f"{path}.tmp.{self.pid}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(tree, f, indent=2)
-            os.replace(tmp, path)
+            atomic.write_text(path, json.dumps(tree, indent=2))
         except Exception as exc:
             self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
 

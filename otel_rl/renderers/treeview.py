@@ -46,11 +46,10 @@ class _Glyphs:
     blank: str
     parallel: str
     ellipsis: str
-    micro: str
 
 
-_UNICODE = _Glyphs("├─ ", "└─ ", "│  ", "   ", "∥ ", "…", "µs")
-_ASCII = _Glyphs("|- ", "`- ", "|  ", "   ", "|| ", "~", "us")
+_UNICODE = _Glyphs("├─ ", "└─ ", "│  ", "   ", "∥ ", "…")
+_ASCII = _Glyphs("|- ", "`- ", "|  ", "   ", "|| ", "~")
 
 
 def format_seconds(seconds: float, *, ascii_only: bool = False) -> str:

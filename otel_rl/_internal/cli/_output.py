@@ -1,8 +1,8 @@
 """Writing a command's output file: whole or not at all.
 
-The text is written to a temporary file beside the target and renamed over it, so nobody (a
-browser, a CI step) ever opens half a report, and a command that fails leaves no output and
-does not disturb an older one. Only regular files are replaced: ``-o /dev/null`` or a FIFO is
+The text is written by `atomic.write_text` (a temporary file beside the target, renamed over
+it), so nobody (a browser, a CI step) ever opens half a report, and a command that fails leaves
+no output and does not disturb an older one. Only regular files are replaced: ``-o /dev/null`` or a FIFO is
 refused rather than swapped for a file.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from pathlib import Path
 
+from otel_rl._internal import atomic
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line
 from otel_rl._internal.readers.boundary import describe_path
 
@@ -46,26 +46,9 @@ def check_output_path(path: str | Path, option: str) -> Path:
 def write_output(path: str | Path, text: str, option: str = "--output") -> None:
     """Write `text` (UTF-8) to `path` atomically; a one-line error says why it could not be."""
     target = check_output_path(path, option)
-    shown = describe_path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        atomic.write_text(target, text)
     except OSError as exc:
-        raise UnavailableError(f"cannot write {shown} ({one_line(exc.strerror or exc)})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as out:
-            out.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise UnavailableError(
-                f"cannot write {shown} ({one_line(exc.strerror or exc)})"
-            ) from None
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        raise UnavailableError(
+            f"cannot write {describe_path(path)} ({one_line(exc.strerror or exc)})"
+        ) from None

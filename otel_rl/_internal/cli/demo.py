@@ -223,13 +223,11 @@ def _report(logs_dir: Path) -> tuple[str, bool]:
 
 
 def _write_text(path: Path, text: str) -> None:
-    # Write beside the target and rename, so nobody opens half a report.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    from otel_rl._internal import atomic
+
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_text(path, text)  # nobody opens half a report
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UnavailableError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 

@@ -137,6 +137,7 @@ def write_report(folder: str) -> str | None:
     """Write ``report.html`` from the run's timers.json (and spans file, for the timeline)."""
     from pathlib import Path
 
+    from otel_rl._internal import atomic
     from otel_rl._internal.readers.otlp_json import read_otlp_json_file
     from otel_rl._internal.runtime import SPANS_FILE, TIMERS_FILE
     from otel_rl._internal.tree import Tree
@@ -150,9 +151,7 @@ def write_report(folder: str) -> str | None:
     spans = read_otlp_json_file(spans_path) if spans_path.exists() else None
     title = f"otel-rl run: {tree.metadata.get('command_line_arguments', '') or folder}"
     report = Path(folder) / REPORT_FILE
-    tmp = report.with_name(f".{report.name}.{os.getpid()}.tmp")
-    tmp.write_text(html.render(tree, spans, title=title), encoding="utf-8")
-    os.replace(tmp, report)
+    atomic.write_text(report, html.render(tree, spans, title=title))
     return str(report)
 
 

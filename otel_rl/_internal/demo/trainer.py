@@ -8,7 +8,7 @@ new policy on a queue for the main thread, and saves ``.npz`` checkpoints.
 
 from __future__ import annotations
 
-import os
+import io
 import queue
 import threading
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_rl._internal import atomic
 from otel_rl._internal.demo import timers
 from otel_rl._internal.demo.env import FloatArray, IntArray
 from otel_rl._internal.demo.env_manager import EnvironmentStep
@@ -152,15 +153,10 @@ class PPOTrainer:
         arrays: dict[str, Any] = dict(self.optimizer.state_dict())
         arrays["step"] = np.array(self.step)
         arrays["policy_version"] = np.array(self.optimizer.version)
-        # Write then rename, so a crash never leaves a half-written checkpoint behind.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        # Written whole or not at all: a crash never leaves a half-written checkpoint behind.
+        data = io.BytesIO()
+        np.savez(data, **arrays)
+        atomic.write_bytes(path, data.getvalue())
         return path
 
 
