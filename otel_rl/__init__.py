@@ -9,6 +9,13 @@ processes and threads join the trace, and ``timers.json`` covers the whole run.
 >>> otel_rl.configure(service_name="trainer", output_dir="results/run1/run_logs")  # doctest: +SKIP
 >>> with hierarchical_timer("advance"):
 ...     pass
+
+The read side, for scripts: `read_spans_file`, `fetch_jaeger`, `fetch_tempo` return
+`SpanData`; `build_tree` turns spans into the `Tree` that ``timers.json`` holds
+(`Tree.from_json` reads one); bad input raises `UserError` with a one-line reason.
+
+>>> spans = otel_rl.read_spans_file("otel-rl-runs/<run id>/spans.otlp.jsonl")  # doctest: +SKIP
+>>> otel_rl.build_tree(spans).find(["advance"]).count  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -26,20 +33,47 @@ from otel_rl._internal.runtime import context_from_env
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
+    from otel_rl._internal.errors import UserError
+    from otel_rl._internal.readers import fetch_jaeger, fetch_tempo, read_spans_file
     from otel_rl._internal.sdk_exporter import ThreadAttributesSpanProcessor, TimerTreeExporter
+    from otel_rl._internal.spandata import SpanData
+    from otel_rl._internal.tree import Tree, TreeNode
+    from otel_rl._internal.treebuild import build_tree
 
 __all__ = [
+    "SpanData",
     "ThreadAttributesSpanProcessor",
     "TimerTreeExporter",
+    "Tree",
+    "TreeNode",
+    "UserError",
     "__version__",
     "attach_context",
+    "build_tree",
     "configure",
     "context_from_env",
+    "fetch_jaeger",
+    "fetch_tempo",
     "force_flush",
     "get_context",
     "inject_env",
+    "read_spans_file",
     "shutdown",
 ]
+
+#: The read side, for scripts: imported on first use, so `import otel_rl` stays light.
+_LAZY = {
+    "SpanData": "otel_rl._internal.spandata",
+    "ThreadAttributesSpanProcessor": "otel_rl._internal.sdk_exporter",
+    "TimerTreeExporter": "otel_rl._internal.sdk_exporter",
+    "Tree": "otel_rl._internal.tree",
+    "TreeNode": "otel_rl._internal.tree",
+    "UserError": "otel_rl._internal.errors",
+    "build_tree": "otel_rl._internal.treebuild",
+    "fetch_jaeger": "otel_rl._internal.readers",
+    "fetch_tempo": "otel_rl._internal.readers",
+    "read_spans_file": "otel_rl._internal.readers",
+}
 
 
 def configure(
@@ -116,8 +150,9 @@ def force_flush(timeout: float = 10.0) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("TimerTreeExporter", "ThreadAttributesSpanProcessor"):
-        from otel_rl._internal import sdk_exporter
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'otel_rl' has no attribute {name!r}")
+    import importlib
 
-        return getattr(sdk_exporter, name)
-    raise AttributeError(f"module 'otel_rl' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import doctest
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import otel_rl
 import otel_rl.testing
@@ -15,13 +18,36 @@ import otel_rl.timing
 def test_top_level_names_are_pinned() -> None:
     assert otel_rl.__all__ == sorted(otel_rl.__all__)
     assert otel_rl.__all__ == [
-        "ThreadAttributesSpanProcessor", "TimerTreeExporter", "__version__", "attach_context",
-        "configure", "context_from_env", "force_flush", "get_context", "inject_env", "shutdown",
+        "SpanData", "ThreadAttributesSpanProcessor", "TimerTreeExporter", "Tree", "TreeNode",
+        "UserError", "__version__", "attach_context", "build_tree", "configure",
+        "context_from_env", "fetch_jaeger", "fetch_tempo", "force_flush", "get_context",
+        "inject_env", "read_spans_file", "shutdown",
     ]
     for name in otel_rl.__all__:
         assert getattr(otel_rl, name) is not None
         if name != "__version__":
             assert getattr(otel_rl, name).__doc__, f"{name} has no docstring"
+
+
+def test_the_read_side_rebuilds_the_tree_a_run_wrote(tmp_path: Path) -> None:
+    from otel_rl.timers import hierarchical_timer
+
+    otel_rl.configure(spans="all", output_dir=str(tmp_path), propagate=False)
+    for _ in range(3):
+        with hierarchical_timer("advance"):
+            with hierarchical_timer("env_step"):
+                pass
+    otel_rl.shutdown()
+    spans = otel_rl.read_spans_file(tmp_path / "spans.otlp.jsonl")
+    assert all(isinstance(span, otel_rl.SpanData) for span in spans)
+    tree = otel_rl.build_tree(spans)
+    assert isinstance(tree, otel_rl.Tree) and isinstance(tree.root, otel_rl.TreeNode)
+    written = otel_rl.Tree.from_json((tmp_path / "timers.json").read_text(encoding="utf-8"))
+    for found in (tree, written):
+        node = found.find(["advance", "env_step"])
+        assert node is not None and node.count == 3
+    with pytest.raises(otel_rl.UserError):
+        otel_rl.read_spans_file(tmp_path / "timers.json")  # not a spans file: one-line error
 
 
 def test_timers_names_are_pinned() -> None:
