@@ -136,6 +136,7 @@ def build(collected: Collected) -> tuple[dict[str, Any], list[str]]:
         gauges: dict[str, Any] = {}
         metadata: dict[str, str] = {}
         places: list[Any] = []
+        main_worker = None
     else:
         first = main[0]
         if len(main) > 1:
@@ -143,8 +144,9 @@ def build(collected: Collected) -> tuple[dict[str, Any], list[str]]:
         local, snapshots = list(first["local"]), list(first["snapshots"])
         root_total, gauges, metadata = first["root_total"], first["gauges"], first["metadata"]
         places = list(first.get("places") or [])
+        main_worker = first.get("main")  # the run's own thread's role (`components.main_role`)
     tree = wholerun.build(local=local, snapshots=[*snapshots, *workers], root_total=root_total,
-                          gauges=gauges, metadata=metadata, places=places)
+                          gauges=gauges, metadata=metadata, places=places, main=main_worker)
     return tree, notes
 
 

@@ -61,6 +61,10 @@ class Component:
 #: Sample Factory's default Timing name: a Timing nobody named is no component.
 UNNAMED = "Profile"
 
+#: The run's own thread takes its role from the first named Timing it uses (Sample Factory's
+#: "Runner profile" -> Runner): ``(name, role, index)``, on the run span and in `workers`.
+main_role: tuple[str, str, int] | None = None
+
 _stacks: dict[tuple[int, str], TimerStack] = {}
 _lock = threading.Lock()
 
@@ -84,6 +88,9 @@ def stack_for(name: str) -> TimerStack | None:
         return None
     inside = len(st.stack) > 1
     if not inside and (base.pid, base.tid) == (st.pid, st.tid):
+        global main_role
+        if main_role is None and not rt.is_worker:
+            main_role = (name, *role_of(name))
         return None
     with _lock:
         comp = _stacks.get(key)
@@ -134,9 +141,10 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
 
 def reset_after_fork() -> None:
     """A forked child's components are its own (it starts none of the parent's)."""
-    global _lock
+    global _lock, main_role
     _lock = threading.Lock()
     _stacks.clear()
+    main_role = None
 
 
 os.register_at_fork(after_in_child=reset_after_fork)

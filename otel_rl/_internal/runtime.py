@@ -382,6 +382,10 @@ class Runtime:
         else:
             attrs[semconv.KIND] = semconv.KIND_RUN
             attrs[semconv.RUN_ID] = self.run_id
+            main = _main_role()
+            if main is not None:
+                attrs[semconv.COMPONENT], attrs[semconv.COMPONENT_ROLE], \
+                    attrs[semconv.COMPONENT_INDEX] = main
             start = run_stack.run_start if run_stack is not None else self.start_ns
             record = (self.run_span_id, self.external_parent, "run", start, end_ns, tid,
                       self.trace.trace_id,
@@ -412,10 +416,17 @@ class Runtime:
         return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
                 "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
-                "places": placement.places()}
+                "places": placement.places(), "main": self._main_worker(run_stack)}
 
     def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
         return wholerun.build(**self.tree_inputs(end_ns))
+
+    def _main_worker(self, run_stack: TimerStack) -> dict[str, Any] | None:
+        """The run's own thread as a `workers` entry, when a named Timing gave it a role."""
+        main = _main_role()
+        if main is None or self.is_worker:
+            return None
+        return {"role": main[1], "index": main[2], "pid": self.pid, "tid": run_stack.tid}
 
     def dropped_total(self) -> int:
         """Spans lost so far; buffer-full drops join `stats` when shutdown starts."""
@@ -489,6 +500,11 @@ class Runtime:
             total = sum(dropped.values())
             reasons = "; ".join(f"{reason}: {n}" for reason, n in dropped.items())
             log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
+
+
+def _main_role() -> tuple[str, str, int] | None:
+    components = sys.modules.get("otel_rl._internal.components")
+    return None if components is None else components.main_role  # type: ignore[no-any-return]
 
 
 # --- process state ---------------------------------------------------------------------------

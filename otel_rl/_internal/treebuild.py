@@ -177,6 +177,8 @@ class _Builder:
         self.windows = 0
         self.workers: dict[_WorkerKey, _Worker] = {}
         self.places: dict[tuple[int, int], tuple[str, ...]] = {}
+        # The run's own thread, when a named Timing gave it a role (`components.main_role`).
+        self.main_worker: _WorkerKey | None = None
 
     def build(self) -> Tree:
         tree = self.tree
@@ -216,6 +218,11 @@ class _Builder:
             end = max(s.end_ns for s in self.ordered)
             root.add(max(0, end - start) / 1e9)
         processes = [s for s in self.ordered if _kind(s) == semconv.KIND_PROCESS]
+        for span in self.run_spans[:1]:
+            role = span.attributes.get(semconv.COMPONENT_ROLE)
+            if role is not None:
+                self.main_worker = (str(role), _int(span.attributes.get(semconv.COMPONENT_INDEX),
+                                                    0), _int(_ident(span)[0], 0))
         self.places = placement.decode(
             s.attributes[semconv.PLACEMENTS] for s in self.run_spans + processes
             if semconv.PLACEMENTS in s.attributes
@@ -307,6 +314,14 @@ class _Builder:
             info.worker_parallel = (parent.worker_parallel and not parent.component) or differs
             return info
         worker = _worker_key(span)
+        if worker is None and self.main_worker is not None and own == self.root_info.ident:
+            info.worker = self.main_worker  # a block of the run's own thread (rule 6)
+            record = self.workers.setdefault(self.main_worker, _Worker())
+            if parent.worker == self.main_worker:
+                info.worker_parallel = parent.worker_parallel
+            else:
+                record.start_paths.append(parent.path)
+            return info
         if worker is not None:
             info.worker = worker
             record = self.workers.setdefault(worker, _Worker())

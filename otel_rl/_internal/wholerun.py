@@ -117,7 +117,8 @@ def _worker(contribution: dict[str, Any], node: TreeNode, role: str, index: int,
 
 def build(*, local: list[dict[str, Any]], snapshots: Iterable[dict[str, Any]], root_total: float,
           gauges: dict[str, dict[str, Any]], metadata: dict[str, str],
-          places: list[list[Any]] | None = None) -> dict[str, Any]:
+          places: list[list[Any]] | None = None,
+          main: dict[str, Any] | None = None) -> dict[str, Any]:
     """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
     from otel_rl._internal import placement
     from otel_rl._internal.tree import Gauge, Tree
@@ -128,9 +129,11 @@ def build(*, local: list[dict[str, Any]], snapshots: Iterable[dict[str, Any]], r
     where = placement.decode([places or [], *(snap.get("placements") or [] for snap in snaps)])
     for contribution in local:
         node = _place(tree, contribution, where)
+        pid = int(contribution.get("pid") or 0)
         if contribution.get("component"):  # a thread of this process running a component
-            tree.workers.append(_worker(contribution, node, "worker", 0,
-                                        int(contribution.get("pid") or 0)))
+            tree.workers.append(_worker(contribution, node, "worker", 0, pid))
+        elif main and (pid, contribution.get("tid")) == (main["pid"], main["tid"]):
+            tree.workers.append(_worker(contribution, node, main["role"], main["index"], pid))
     for snap in snaps:
         for contribution in snap.get("contributions") or ():
             node = _place(tree, contribution, where)

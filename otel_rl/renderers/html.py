@@ -140,6 +140,10 @@ def _lanes(
             first_by_lane[key] = span.start_ns
             labels[key] = _lane_label(span)
         first_by_pid.setdefault(key[0], span.start_ns)
+        component = span.attributes.get(semconv.COMPONENT)
+        if component is not None:  # a Sample Factory component runs in this lane: name it
+            process, thread = labels[key]
+            labels[key] = (process, f"{thread} · {component}")
         role = span.resource.get(semconv.WORKER_ROLE)
         if role is not None:
             worker_by_pid.setdefault(

@@ -110,20 +110,24 @@ def test_each_components_tree_reads_back_from_the_whole_run(runs: Runs) -> None:
 
 def test_components_are_named_by_role_in_the_whole_run_and_the_spans(runs: Runs) -> None:
     tree = load(runs.out / "timers.json")
+    # The runner is the run's own process: its role, from its Timing, without a component block.
     assert {(w["role"], w["index"], tuple(w["path"])) for w in tree["workers"]} == \
-        {(role, index, ("main_loop", name)) for name, role, index in COMPONENTS}
+        {(role, index, ("main_loop", name)) for name, role, index in COMPONENTS} | \
+        {("Runner", 0, ())}
+    runner = next(w for w in tree["workers"] if w["role"] == "Runner")
+    assert set(runner["tree"]["children"]) == {"main_loop"}
     spans = list(span_lines(runs.out / "spans.otlp.jsonl"))
     components = {(s["name"], s["attributes"].get("otel_rl.component.role"),
                    s["attributes"].get("otel_rl.component.index"))
                   for s in spans if "otel_rl.component" in s["attributes"]}
-    assert components == COMPONENTS
+    assert components == COMPONENTS | {("Runner profile", "Runner", 0)}
     roles = {s["resource"].get("otel_rl.worker.role") for s in spans}
     assert {"rollout_proc", "inference_proc", "learner_proc"} <= roles
     report = runs.venv.run(runs.venv.bin / "otel-rl", "report", runs.out / "timers.json",
                            cwd=runs.root)
     assert report.returncode == 0, report.stderr
     for role, n in (("RolloutWorker", 2), ("Learner", 1), ("InferenceWorker", 1),
-                    ("Batcher", 1)):
+                    ("Batcher", 1), ("Runner", 1)):
         assert f"== {role}: {n} workers" in report.stdout
 
 
@@ -156,4 +160,7 @@ def test_tree_from_the_spans_file_equals_timers_json(runs: Runs) -> None:
 
 def test_otel_rl_run_writes_the_html_report(runs: Runs) -> None:
     report = (runs.out / "report.html").read_text(encoding="utf-8")
-    assert "RolloutWorker_w1 profile" in report and "RolloutWorker" in report
+    assert "RolloutWorker_w1 profile" in report
+    for heading in ("RolloutWorker — 2 workers", "InferenceWorker — 1 workers",
+                    "Learner — 1 workers", "Batcher — 1 workers", "Runner — 1 workers"):
+        assert heading in report
