@@ -117,7 +117,8 @@ def test_components_are_named_by_role_in_the_whole_run_and_the_spans(runs: Runs)
     runner = next(w for w in tree["workers"] if w["role"] == "Runner")
     assert set(runner["tree"]["children"]) == {"main_loop"}
     spans = list(span_lines(runs.out / "spans.otlp.jsonl"))
-    components = {(s["name"], s["attributes"].get("otel_rl.component.role"),
+    components = {(s["attributes"]["otel_rl.component"],
+                   s["attributes"].get("otel_rl.component.role"),
                    s["attributes"].get("otel_rl.component.index"))
                   for s in spans if "otel_rl.component" in s["attributes"]}
     assert components == COMPONENTS | {("Runner profile", "Runner", 0)}
