@@ -4,7 +4,8 @@ A seeded generator builds well over 1,000 cases in the categories the issue's au
 (truncated and random files, wrong shapes, wrong types in every field of timers.json and of
 spans, NaN/Infinity, 400-5,000-digit numbers, 10,000-level nesting, names with lone
 surrogates / control characters / HTML, bad ids, parent cycles, directories, FIFOs and devices,
-missing paths, bad URLs and options, bad environment values) and runs each through the commands
+missing paths, bad URLs and options, bad environment values, hostile Jaeger/Tempo answers from
+a loopback server) and runs each through the commands
 that read that kind of input (``report``, ``tree``, ``diff``, ``import``, ``replay``, ``demo``),
 in-process through the CLI's `main`. For every invocation that must fail:
 
@@ -77,6 +78,7 @@ class Case:
     content: bytes | None = None
     special: str | None = None  # "dir", "fifo", "device", "missing", "socket", "dangling"
     env: dict[str, str] = field(default_factory=dict)
+    answer: tuple[int, bytes] | None = None  # what the fake Jaeger/Tempo at {server} answers
     ok: bool = False  # unusual but valid: must succeed
 
 
@@ -573,9 +575,42 @@ def gen_env(rng: random.Random) -> Iterator[Case]:
         yield Case("bad env values", f"{name}={value} + report", [["report", GOOD], ["tree", GOOD.replace("good", "spans"), "-o", OUT_JSON]], env={name: value}, special="outputs", ok=True)  # fmt: skip
 
 
+def gen_answers(rng: random.Random) -> Iterator[Case]:
+    """Jaeger's and Tempo's answers, hostile: the HTTP readers go through the same boundary."""
+    doc = spans_doc()
+    good = json.dumps({"result": doc})
+    bad_id = spans_doc()
+    all_spans(bad_id)[1]["spanId"] = "zz"
+    cycle = spans_doc()
+    a, b = all_spans(cycle)[1:3]
+    a["parentSpanId"], b["parentSpanId"] = b["spanId"], a["spanId"]
+    answers: list[tuple[str, int, bytes]] = [
+        ("truncated", 200, good[: len(good) // 2].encode()),
+        ("NaN", 200, good.replace('{"doubleValue": 1.5}', '{"doubleValue": NaN}').encode()),
+        ("10,000 nested lists", 200, _nested(10_000, "[", "]").encode()),
+        ("25,000 nested objects", 200, _nested(25_000, '{"a":', "}").encode()),
+        ("5,000-digit number", 200, good.replace('"2"}', "9" * 5000 + "}", 1).encode()),
+        ("a list", 200, b"[1, 2]"), ("a number", 200, b"5"), ("null", 200, b"null"),
+        ("result not an object", 200, b'{"result": 5}'), ("empty body", 200, b""),
+        ("an HTML page", 200, b"<html><body>502 Bad Gateway</body></html>"),
+        ("not UTF-8", 200, b'{"result": "\xff\xfe"}'),
+        ("a bad span id", 200, json.dumps({"result": bad_id}).encode()),
+        ("a parent cycle", 200, json.dumps({"result": cycle}).encode()),
+        ("HTTP 500 with a huge message", 500, json.dumps({"error": {"message": "x" * 10_000}}).encode()),
+        ("HTTP 503, no body", 503, b""), ("HTTP 404", 404, b'{"error": {"message": "not found"}}'),
+        ("HTTP 400, HTML", 400, b"<h1>bad</h1>\n" * 100),
+        ("an error object with 200", 200, b'{"error": {"message": "trace too large\n\nretry"}}'),
+        ("metrics, no spans", 200, b'{"resourceMetrics": []}'),
+    ]  # fmt: skip
+    for label, status, body in answers:
+        for option in ("--jaeger", "--tempo"):
+            yield Case("server answers", f"{option}: {label}", [["tree", option, "{server}", "--trace-id", TRACE, "-o", OUT_JSON]], answer=(status, body), special="outputs")  # fmt: skip
+
+
 GENERATORS = (
     gen_truncated, gen_random, gen_shapes, gen_wrong_types, gen_non_finite, gen_huge_numbers,
     gen_deep, gen_names, gen_ids, gen_cycles, gen_special_paths, gen_urls, gen_options, gen_env,
+    gen_answers,
 )  # fmt: skip
 
 
@@ -685,12 +720,55 @@ def check(case: Case, result: Result, outputs: dict[str, Path], folder: Path) ->
     return None
 
 
-def run_case(case: Case, folder: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Result, str]]:
+class _Backend:
+    """A loopback HTTP server that gives every GET the answer of the case being run."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, body = backend.answer
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.answer: tuple[int, bytes] = (404, b"")
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[_Backend]:
+    server = _Backend()
+    yield server
+    server.close()
+
+
+def run_case(
+    case: Case, folder: Path, monkeypatch: pytest.MonkeyPatch, backend: _Backend
+) -> list[tuple[Result, str]]:
     folder.mkdir()
     good, good_spans = _good_inputs(folder)
     path = _make_input(case, folder)
     outputs = {name: folder / name.strip("{}") for name in OUTPUTS}
     failures = []
+    if case.answer is not None:
+        backend.answer = case.answer
     with monkeypatch.context() as patch:
         for name, value in case.env.items():
             patch.setenv(name, value)
@@ -699,6 +777,7 @@ def run_case(case: Case, folder: Path, monkeypatch: pytest.MonkeyPatch) -> list[
                 str(outputs[a]) if a in outputs
                 else a.replace(IN, path).replace("{good}", good).replace("{spans}", good_spans)
                 .replace("{dir}", str(folder)).replace("{fifo}", str(folder / "out-pipe"))
+                .replace("{server}", backend.url)
                 for a in command
             ]  # fmt: skip
             if "{fifo}" in " ".join(command) and not (folder / "out-pipe").exists():
@@ -719,7 +798,7 @@ def test_the_fuzz_covers_every_category_with_over_a_thousand_cases() -> None:
     assert set(counts) == {
         "truncated", "random", "wrong shapes", "wrong types: timers.json", "wrong types: spans",
         "NaN/Infinity", "huge numbers", "deep nesting", "names", "bad ids", "parent cycles",
-        "special files", "bad URLs", "bad options", "bad env values",
+        "special files", "bad URLs", "bad options", "bad env values", "server answers",
     }  # fmt: skip
     assert all(n >= 10 for n in counts.values()), counts
     assert build_cases() == CASES  # seeded: the same cases every run
@@ -727,13 +806,13 @@ def test_the_fuzz_covers_every_category_with_over_a_thousand_cases() -> None:
 
 @pytest.mark.parametrize("category", CATEGORIES)
 def test_hostile_input_gets_one_short_line_and_a_non_zero_exit(
-    category: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    category: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: _Backend
 ) -> None:
     cases = [case for case in CASES if case.category == category]
     failures: list[str] = []
     invocations = 0
     for i, case in enumerate(cases):
-        for result, problem in run_case(case, tmp_path / f"case{i}", monkeypatch):
+        for result, problem in run_case(case, tmp_path / f"case{i}", monkeypatch, backend):
             failures.append(f"{case.what!r}: {' '.join(result.argv)[:150]!r}: {problem}")
         invocations += len(case.commands)
     assert not failures, f"{len(failures)} of {invocations} invocations broke the contract:\n" + "\n".join(failures[:15])  # fmt: skip
