@@ -271,3 +271,29 @@ def test_registry_picks_renderers_by_name_and_extension() -> None:
         get_renderer("pdf")
     with pytest.raises(UserError, match="cannot tell the report format"):
         renderer_for_path("report.pdf")
+
+
+def test_inside_a_parallel_branch_shares_are_percentages_again() -> None:
+    tree = Tree.from_dict(
+        {
+            "total": 10.0,
+            "count": 1,
+            "children": {
+                "env": {
+                    "total": 5.0,
+                    "count": 1,
+                    "children": {
+                        "worker": {
+                            "total": 20.0,
+                            "count": 4,
+                            "is_parallel": True,
+                            "children": {"step": {"total": 18.0, "count": 40, "is_parallel": True}},
+                        }
+                    },
+                }
+            },
+        }
+    )
+    text = treeview.render(tree)
+    assert _row(text, "worker")[-1] == "4.00×"  # where the branch starts: beside its parent
+    assert _row(text, "step")[-1] == "90.0%"  # within the branch: a share of it

@@ -134,8 +134,10 @@
                 ["mean", node.count ? fmtS(node.total / node.count) : "–"]];
     if (node.gpu !== undefined) rows.splice(1, 0, ["gpu", fmtS(node.gpu)]);
     if (node.parent) {
-      rows.push(node.parallel ? ["× parent", times(node.total, node.parent.total)]
-                              : ["% of parent", pct(node.total, node.parent.total)]);
+      // Time beside the parent is a multiple of it; inside a parallel branch, a share.
+      var beside = node.parallel && (!node.parent.parallel || node.total > node.parent.total);
+      rows.push(beside ? ["× parent", times(node.total, node.parent.total)]
+                       : ["% of parent", pct(node.total, node.parent.total)]);
     }
     rows.push(node.parallel ? ["× run", times(node.total, root.total)]
                             : ["% of run", pct(node.total, root.total)]);

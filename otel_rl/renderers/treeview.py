@@ -110,22 +110,27 @@ def _prefix(segments: list[str], glyphs: _Glyphs) -> str:
 
 def _rows(
     node: TreeNode, glyphs: _Glyphs, node_total: float | None = None
-) -> Iterator[tuple[str, TreeNode, float]]:
-    """(tree-drawing prefix + name, node, parent's total) for every node below `node`, depth
-    first (with an explicit stack: a tree can be thousands of levels deep)."""
-    # Per open level: its children, the next one's index, and their parent's total.
-    stack: list[tuple[list[TreeNode], int, float]] = [
-        (list(node.children.values()), 0, node.total if node_total is None else node_total)
+) -> Iterator[tuple[str, TreeNode, float, bool]]:
+    """(tree-drawing prefix + name, node, parent's total, whether the parent is parallel) for
+    every node below `node`, depth first (an explicit stack: trees can be thousands deep)."""
+    # Per open level: its children, the next one's index, their parent's total and flag.
+    stack: list[tuple[list[TreeNode], int, float, bool]] = [
+        (
+            list(node.children.values()),
+            0,
+            node.total if node_total is None else node_total,
+            node.is_parallel,
+        )
     ]
     segments: list[str] = []  # the drawing of each open level's vertical line
     while stack:
-        children, i, parent_total = stack[-1]
+        children, i, parent_total, parent_parallel = stack[-1]
         if i == len(children):
             stack.pop()
             if segments:
                 segments.pop()
             continue
-        stack[-1] = (children, i + 1, parent_total)
+        stack[-1] = (children, i + 1, parent_total, parent_parallel)
         child = children[i]
         last = i == len(children) - 1
         mark = glyphs.parallel if child.is_parallel else ""
@@ -135,10 +140,10 @@ def _rows(
             + mark
             + clean_text(child.name)
         )
-        yield label, child, parent_total
+        yield label, child, parent_total, parent_parallel
         if child.children:
             segments.append(glyphs.blank if last else glyphs.pipe)
-            stack.append((list(child.children.values()), 0, child.total))
+            stack.append((list(child.children.values()), 0, child.total, child.is_parallel))
 
 
 def _node_table(
@@ -146,21 +151,22 @@ def _node_table(
 ) -> list[str]:
     """The column-aligned table for `root` and everything below it (`gpu`: a GPU column)."""
     ascii_only = glyphs is _ASCII
-    rows: list[tuple[str, TreeNode, float | None]] = [(root_label, root, None)]
+    rows: list[tuple[str, TreeNode, float | None, bool]] = [(root_label, root, None, False)]
     rows.extend(_rows(root, glyphs, node_total=root_total))
-    width = min(_MAX_NAME_WIDTH, max(len(label) for label, _, _ in rows))
+    width = min(_MAX_NAME_WIDTH, max(len(row[0]) for row in rows))
     gpu_head = f"  {'gpu':>11}" if gpu else ""
     header = (f"{'block':<{width}}  {'total':>11}{gpu_head}  {'self':>11}  {'count':>9}"
               f"  {'mean':>11}  {'% parent':>8}")
     lines = [header.rstrip()]
-    for label, node, parent_total in rows:
+    for label, node, parent_total, parent_parallel in rows:
         total = root_total if node is root else node.total
         mean = total / node.count if node.count else 0.0
-        share = (
-            ""
-            if parent_total is None
-            else _percent(node.total, parent_total, node.is_parallel, "x" if ascii_only else "×")
-        )
+        share = ""
+        if parent_total is not None:
+            # Time beside the parent (a branch into other threads/processes, or more than the
+            # parent's own time) is a multiple; inside an already parallel branch, a share.
+            beside = node.is_parallel and (not parent_parallel or node.total > parent_total)
+            share = _percent(node.total, parent_total, beside, "x" if ascii_only else "×")
         gpu_cell = ""
         if gpu:
             shown = format_seconds(node.gpu_total, ascii_only=ascii_only) if node.gpu_count else "-"
@@ -281,9 +287,9 @@ def render(tree: Tree, *, per_process: bool = False, ascii_only: bool = False) -
     if any(node.is_parallel for _, node in tree.root.walk()):
         lines.append("")
         lines.append(
-            f"{glyphs.parallel.strip()} ran in parallel (another thread or process, summed): its "
-            f"% parent is a multiple of the parent's time (2.00{'x' if ascii_only else '×'} = "
-            "twice as long)."
+            f"{glyphs.parallel.strip()} ran in parallel (another thread or process, summed): where "
+            "a branch starts, its % parent is a multiple of the parent's time "
+            f"(2.00{'x' if ascii_only else '×'} = twice as long)."
         )
     if gpu:
         lines.append("")
