@@ -607,10 +607,69 @@ def gen_answers(rng: random.Random) -> Iterator[Case]:
             yield Case("server answers", f"{option}: {label}", [["tree", option, "{server}", "--trace-id", TRACE, "-o", OUT_JSON]], answer=(status, body), special="outputs")  # fmt: skip
 
 
+def aggregate_line(payload: Any = None, raw: str | None = None, **overrides: Any) -> str:
+    """One export request holding an aggregate span (what `tree` builds the tree from)."""
+    from otel_rl._internal import aggregates
+
+    if raw is None:
+        payload = payload if payload is not None else {
+            "local": [], "snapshots": [], "root_total": 2.0, "gauges": {}, "metadata": {}, "places": []
+        }  # fmt: skip
+        parts = aggregates.encode(payload)
+        raw = parts[0]
+    attrs = aggregates.span_attributes("main", 0, 0, 1, True, raw, "main")
+    attrs.update(overrides)
+    span = SpanData(TRACE, "00000000000000b1", "", aggregates.NAME, T0, T0 + 5, attrs,
+                    {sc.SERVICE_NAME: "fuzz", sc.PROCESS_PID: 100})  # fmt: skip
+    return request_to_json_line(encode_request([span])) + "\n"
+
+
+def gen_aggregates(rng: random.Random) -> Iterator[Case]:
+    """Files with aggregate spans take the streamed path; it checks as much as the other."""
+    import base64
+    import zlib
+
+    commands = [["tree", IN, "-o", OUT_JSON], ["report", IN, "--html", OUT_HTML], ["diff", GOOD, IN]]
+    good = aggregate_line()
+    yield Case("aggregate spans", "a valid aggregate", [["tree", IN, "-o", OUT_JSON], ["report", IN, "--html", OUT_HTML]], good.encode(), ok=True)  # fmt: skip
+    spans_line = json.dumps(spans_doc()) + "\n"
+    for label, tail in (("a bad span id", spans_line.replace('"00000000000000a2"', '"zz"', 1)),
+                        ("a cut last line", spans_line[:80]), ("NaN", spans_line.replace('"2"}', "NaN}", 1)),
+                        ("a list", "[1]\n"), ("10,000 nested lists", _nested(10_000, "[", "]") + "\n"),
+                        ("a 5,000-digit number", spans_line.replace('"2"}', "9" * 5000 + "}", 1))):  # fmt: skip
+        yield Case("aggregate spans", f"aggregate, then {label}", commands, (good + tail).encode())
+        yield Case("aggregate spans", f"{label}, then aggregate", commands, (tail.rstrip("\n") + "\n" + good).encode())  # fmt: skip
+
+    def packed(text: bytes) -> str:
+        return base64.b64encode(zlib.compress(text)).decode()
+
+    payloads: list[tuple[str, str]] = [
+        ("not base64", "@@@"), ("not zlib", base64.b64encode(b"plain").decode()),
+        ("not JSON", packed(b"{oops")), ("a list", packed(b"[1, 2]")),
+        ("empty object", packed(b"{}")), ("NaN total", packed(b'{"local": [], "snapshots": [], "root_total": NaN, "gauges": {}, "metadata": {}}')),
+        ("huge total", packed(b'{"local": [], "snapshots": [], "root_total": 1e30, "gauges": {}, "metadata": {}}')),
+        ("string total", packed(b'{"local": [], "snapshots": [], "root_total": "x", "gauges": {}, "metadata": {}}')),
+        ("local not a list", packed(b'{"local": 5, "snapshots": [], "root_total": 1.0, "gauges": {}, "metadata": {}}')),
+        ("snapshot not an object", packed(b'{"local": [], "snapshots": [5], "root_total": 1.0, "gauges": {}, "metadata": {}}')),
+        ("local entry wrong", packed(b'{"local": [{"path": 5}], "snapshots": [], "root_total": 1.0, "gauges": {}, "metadata": {}}')),
+        ("gauge a string", packed(b'{"local": [], "snapshots": [], "root_total": 1.0, "gauges": {"g": {"value": "x", "min": 1, "max": 1, "count": 1}}, "metadata": {}}')),
+        ("gauge NaN", packed(b'{"local": [], "snapshots": [], "root_total": 1.0, "gauges": {"g": {"value": NaN, "min": 1, "max": 1, "count": 1}}, "metadata": {}}')),
+        ("metadata a number", packed(b'{"local": [], "snapshots": [], "root_total": 1.0, "gauges": {}, "metadata": 5}')),
+        ("20,000-deep JSON", packed(b"[" * 20_000 + b"]" * 20_000)),
+        ("a 5,000-digit number", packed(b'{"local": [], "snapshots": [], "root_total": ' + b"9" * 5000 + b', "gauges": {}, "metadata": {}}')),
+    ]  # fmt: skip
+    for label, data in payloads:
+        yield Case("aggregate spans", f"payload: {label}", commands, aggregate_line(raw=data).encode())
+    for label, overrides in (("seq a string", {"otel_rl.aggregate.seq": "0"}), ("parts huge", {"otel_rl.aggregate.parts": 10**15}),
+                             ("data a number", {"otel_rl.aggregate.data": 5}), ("final a string", {"otel_rl.aggregate.final": "yes"}),
+                             ("part negative", {"otel_rl.aggregate.part": -1}), ("two parts, one sent", {"otel_rl.aggregate.parts": 2})):  # fmt: skip
+        yield Case("aggregate spans", f"attribute: {label}", commands, aggregate_line(**overrides).encode())
+
+
 GENERATORS = (
     gen_truncated, gen_random, gen_shapes, gen_wrong_types, gen_non_finite, gen_huge_numbers,
     gen_deep, gen_names, gen_ids, gen_cycles, gen_special_paths, gen_urls, gen_options, gen_env,
-    gen_answers,
+    gen_answers, gen_aggregates,
 )  # fmt: skip
 
 
@@ -799,6 +858,7 @@ def test_the_fuzz_covers_every_category_with_over_a_thousand_cases() -> None:
         "truncated", "random", "wrong shapes", "wrong types: timers.json", "wrong types: spans",
         "NaN/Infinity", "huge numbers", "deep nesting", "names", "bad ids", "parent cycles",
         "special files", "bad URLs", "bad options", "bad env values", "server answers",
+        "aggregate spans",
     }  # fmt: skip
     assert all(n >= 10 for n in counts.values()), counts
     assert build_cases() == CASES  # seeded: the same cases every run

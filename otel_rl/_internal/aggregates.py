@@ -43,8 +43,16 @@ def encode(payload: dict[str, Any]) -> list[str]:
     return [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
 
 
+#: Largest decompressed payload (a corrupt or forged span must not inflate without bound).
+MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
+
+
 def decode(parts: list[str]) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode("".join(parts))))
+    inflate = zlib.decompressobj()
+    raw = inflate.decompress(base64.b64decode("".join(parts)), MAX_PAYLOAD_BYTES)
+    if inflate.unconsumed_tail:
+        raise ValueError("aggregate payload larger than the limit")
+    data: dict[str, Any] = json.loads(raw)
     return data
 
 

@@ -10,22 +10,18 @@ status 3 unless ``--allow-partial``.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import EXIT_PARTIAL, UserError, shown
+from otel_rl._internal.errors import EXIT_PARTIAL, UserError
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 
-__all__ = ["MAX_TOTAL_SECONDS", "check_tree", "load_input", "read_timers_document", "register", "run"]
+__all__ = ["load_input", "read_timers_document", "register", "run"]
 
 #: Keys that make a JSON document spans (OTLP, Jaeger api_v3, Tempo), not a timers.json.
 _SPAN_KEYS = ("resourceSpans", "resource_spans", "result", "batches", "trace")
-#: Longest total a node may have: what an OTLP span (uint64 nanoseconds) can hold, ~584 years.
-MAX_TOTAL_SECONDS = (2**64 - 1) / 1e9
-_MAX_COUNT = 2**63 - 1
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +105,7 @@ def load_input(path: str | Path) -> tuple[Tree, list[SpanData] | None]:
 def _from_aggregates(path: str | Path) -> tuple[Tree, list[SpanData]] | None:
     """For a spans file with aggregate spans: the exact tree from them and the whole-run
     timeline's longest spans, both streamed (memory does not grow with the file); else None."""
+    from otel_rl._internal.readers.boundary import describe_path
     from otel_rl._internal.readers.stream import is_spans_lines, sample_longest, scan_aggregates
 
     if not is_spans_lines(path):
@@ -116,40 +113,22 @@ def _from_aggregates(path: str | Path) -> tuple[Tree, list[SpanData]] | None:
     collected = scan_aggregates(path)
     if not collected:
         return None
-    from otel_rl._internal.treebuild import tree_from_aggregates
+    from otel_rl._internal.readers.stream import tree_from_collected as tree_from_aggregates
     from otel_rl.renderers.html import MAX_TIMELINE_SPANS
 
-    return tree_from_aggregates(collected), sample_longest(path, MAX_TIMELINE_SPANS)
+    return tree_from_aggregates(collected, describe_path(path)), sample_longest(
+        path, MAX_TIMELINE_SPANS
+    )
 
 
 def read_timers_document(doc: Any, source: str) -> Tree:
     """The `Tree` in a parsed timers.json; schema errors and out-of-range values name `source`."""
+    from otel_rl._internal.readers.semantics import check_tree
+
     try:
         return check_tree(Tree.from_dict(doc))
     except UserError as exc:
         raise UserError(f"{source}: {exc}") from None
-
-
-def check_tree(tree: Tree) -> Tree:
-    """`tree` if its numbers are in range for every report and for spans; else `UserError`."""
-    todo = [("root", tree.root)]
-    todo.extend((f"root.workers[{i}].tree", worker.node) for i, worker in enumerate(tree.workers))
-    while todo:
-        where, node = todo.pop()
-        if node.total > MAX_TOTAL_SECONDS:
-            raise UserError(f"{where}: total {node.total:g} s is out of range (at most 584 years)")
-        if node.count > _MAX_COUNT:
-            raise UserError(f"{where}: 'count' is out of range (at most 2^63 - 1)")
-        todo.extend(
-            (f"{where}.children.{shown(name, 30)}", child) for name, child in node.children.items()
-        )
-    for name, gauge in tree.gauges.items():
-        values = (gauge.value, gauge.min, gauge.max)
-        if not all(math.isfinite(v) and abs(v) < 1e300 for v in values):
-            raise UserError(f"root.gauges.{shown(name, 30)}: values must be finite numbers")
-        if not 0 <= gauge.count <= _MAX_COUNT:
-            raise UserError(f"root.gauges.{shown(name, 30)}: 'count' is out of range")
-    return tree
 
 
 def run(args: argparse.Namespace) -> int:

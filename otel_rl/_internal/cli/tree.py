@@ -104,11 +104,13 @@ def _from_aggregates_in_file(args: argparse.Namespace) -> Any:
         return None
     if args.trace_id or getattr(args, "run_id", None):
         return None  # _load says why that is wrong
-    from otel_rl._internal.readers.stream import scan_aggregates
-    from otel_rl._internal.treebuild import tree_from_aggregates
+    from otel_rl._internal.readers.boundary import describe_path
+    from otel_rl._internal.readers.stream import scan_aggregates, tree_from_collected
 
     collected = scan_aggregates(args.spans_file)
-    return tree_from_aggregates(collected) if collected else None
+    if not collected:
+        return None
+    return tree_from_collected(collected, describe_path(args.spans_file))
 
 
 def run(args: argparse.Namespace) -> int:

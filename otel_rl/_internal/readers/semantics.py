@@ -15,8 +15,9 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.errors import UserError, shown
 from otel_rl._internal.spandata import SpanData
+from otel_rl._internal.tree import Tree
 
-__all__ = ["check_span", "check_span_set"]
+__all__ = ["MAX_TOTAL_SECONDS", "check_span", "check_span_set", "check_tree"]
 
 _MAX_COUNT = 2**63 - 1
 _GAUGE_FIELDS = ("value", "min", "max")
@@ -68,7 +69,9 @@ def check_span(span: SpanData, where: str) -> None:
     gpu_count = attributes.get(semconv.GPU_COUNT)
     if gpu_count is not None and not (_is_int(gpu_count) and 0 <= gpu_count <= _MAX_COUNT):
         raise _bad(where, span, semconv.GPU_COUNT, "a non-negative integer", gpu_count)
-    if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS):
+    if kind == semconv.KIND_AGGREGATE:
+        _check_aggregate(span, where)
+    if kind in (semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE):
         for key, value in attributes.items():
             if not key.startswith(semconv.GAUGE_PREFIX):
                 continue
@@ -86,6 +89,57 @@ def check_span(span: SpanData, where: str) -> None:
             value = resource.get(key)
             if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
                 raise _bad(where, span, key, "a non-negative integer", value)
+
+
+_AGGREGATE_TYPES: tuple[tuple[str, type, str], ...] = (
+    (semconv.AGGREGATE_SOURCE, str, "a string"),
+    (semconv.AGGREGATE_DATA, str, "a string"),
+    (semconv.AGGREGATE_PAYLOAD_KIND, str, "a string"),
+    (semconv.AGGREGATE_FINAL, bool, "true or false"),
+)
+#: Parts of one aggregate at most (each about 1,900 characters: ~190 MB of payload).
+_MAX_AGGREGATE_PARTS = 100_000
+
+
+def _check_aggregate(span: SpanData, where: str) -> None:
+    attributes = span.attributes
+    for key, kind, expected in _AGGREGATE_TYPES:
+        value = attributes.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise _bad(where, span, key, expected, value)
+    for key in (semconv.AGGREGATE_SEQ, semconv.AGGREGATE_PART, semconv.AGGREGATE_PARTS):
+        value = attributes.get(key)
+        if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
+            raise _bad(where, span, key, "a non-negative integer", value)
+    parts = attributes.get(semconv.AGGREGATE_PARTS)
+    if isinstance(parts, int) and parts > _MAX_AGGREGATE_PARTS:
+        raise _bad(where, span, semconv.AGGREGATE_PARTS, f"at most {_MAX_AGGREGATE_PARTS:,}", parts)
+
+
+#: Longest total a node may have: what an OTLP span (uint64 nanoseconds) can hold, ~584 years.
+MAX_TOTAL_SECONDS = (2**64 - 1) / 1e9
+
+
+def check_tree(tree: Tree) -> Tree:
+    """`tree` if its numbers are in range for every report and for spans; else `UserError`."""
+    todo = [("root", tree.root)]
+    todo.extend((f"root.workers[{i}].tree", worker.node) for i, worker in enumerate(tree.workers))
+    while todo:
+        where, node = todo.pop()
+        if not (math.isfinite(node.total) and 0 <= node.total <= MAX_TOTAL_SECONDS):
+            raise UserError(f"{where}: total {node.total:g} s is out of range (at most 584 years)")
+        if not 0 <= node.count <= _MAX_COUNT:
+            raise UserError(f"{where}: 'count' is out of range (at most 2^63 - 1)")
+        todo.extend(
+            (f"{where}.children.{shown(name, 30)}", child) for name, child in node.children.items()
+        )
+    for name, gauge in tree.gauges.items():
+        values = (gauge.value, gauge.min, gauge.max)
+        if not all(_finite_number(v) for v in values):
+            raise UserError(f"root.gauges.{shown(name, 30)}: values must be finite numbers")
+        if not (_is_int(gauge.count) and 0 <= gauge.count <= _MAX_COUNT):
+            raise UserError(f"root.gauges.{shown(name, 30)}: 'count' is out of range")
+    return tree
 
 
 def check_span_set(spans: Iterable[SpanData], source: str) -> None:
