@@ -604,7 +604,7 @@ def gen_answers(rng: random.Random) -> Iterator[Case]:
     ]  # fmt: skip
     for label, status, body in answers:
         for option in ("--jaeger", "--tempo"):
-            yield Case("server answers", f"{option}: {label}", [["tree", option, "{server}", "--trace-id", TRACE, "-o", OUT_JSON]], answer=(status, body), special="outputs")  # fmt: skip
+            yield Case("server answers", f"{option}: {label}", [["tree", option, "{server}", "--trace-id", TRACE, "-o", OUT_JSON], ["tree", option, "{server}", "--run-id", "run-7", "-o", OUT_JSON]], answer=(status, body), special="outputs")  # fmt: skip
 
 
 def aggregate_line(payload: Any = None, raw: str | None = None, **overrides: Any) -> str:

@@ -99,6 +99,8 @@ _AGGREGATE_TYPES: tuple[tuple[str, type, str], ...] = (
 )
 #: Parts of one aggregate at most (each about 1,900 characters: ~190 MB of payload).
 _MAX_AGGREGATE_PARTS = 100_000
+#: Kept windows one aggregate may list (each is a trace `tree --run-id` fetches).
+_MAX_WINDOWS = 100_000
 
 
 def _check_aggregate(span: SpanData, where: str) -> None:
@@ -111,6 +113,14 @@ def _check_aggregate(span: SpanData, where: str) -> None:
         value = attributes.get(key)
         if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
             raise _bad(where, span, key, "a non-negative integer", value)
+    windows = attributes.get(semconv.WINDOWS)
+    if windows is not None and not (
+        isinstance(windows, list)
+        and len(windows) <= _MAX_WINDOWS
+        and all(_is_int(k) and 0 <= k <= _MAX_COUNT for k in windows)
+    ):
+        raise _bad(where, span, semconv.WINDOWS, f"a list of at most {_MAX_WINDOWS:,} indices",
+                   windows)  # fmt: skip
     parts = attributes.get(semconv.AGGREGATE_PARTS)
     if isinstance(parts, int) and parts > _MAX_AGGREGATE_PARTS:
         raise _bad(where, span, semconv.AGGREGATE_PARTS, f"at most {_MAX_AGGREGATE_PARTS:,}", parts)
