@@ -31,7 +31,8 @@ from types import TracebackType
 from typing import Any
 
 from otel_rl._internal import log, recorder, semconv
-from otel_rl._internal.recorder import Record, TimerNode, hierarchical_timer
+from otel_rl._internal.recorder import TimerNode, hierarchical_timer
+from otel_rl._internal.shapes import Record
 
 #: Seconds a block's span waits for its GPU time (and shutdown for pending pairs).
 timeout = 10.0
@@ -413,7 +414,7 @@ def ready(records: list[Record]) -> list[Record]:
             attrs = {semconv.GPU_SECONDS: pending.seconds, semconv.GPU_DEVICE: pending.device}
         else:
             attrs = {semconv.GPU_TIMED_OUT: True, semconv.GPU_DEVICE: pending.device}
-        extra = dict(record[7]) if record[7] else {}
+        extra: dict[str, Any] = dict(record[7]) if record[7] else {}
         extra["attrs"] = {**(extra.get("attrs") or {}), **attrs}
         out.append((*record[:7], extra))  # type: ignore[arg-type]
     if _closing:

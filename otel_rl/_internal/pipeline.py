@@ -13,10 +13,10 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.recorder import Record
+from otel_rl._internal.shapes import Attributes, Record
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon
 
@@ -26,7 +26,7 @@ __all__ = ["Pipeline"]
 class Pipeline:
     """Drains records into batches and hands them to the sinks, off the training thread."""
 
-    def __init__(self, *, resource: Mapping[str, object], offset_ns: int,
+    def __init__(self, *, resource: Attributes, offset_ns: int,
                  thread_names: dict[int, str], sinks: Sequence[Sink], stats: Stats,
                  flush_interval: float, max_relayed: int,
                  on_flush: Callable[[float], None] | None = None,

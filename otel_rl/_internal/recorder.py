@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
+
+from otel_rl._internal.shapes import Extra, NodeDict, Record
 
 TIMER_FORMAT_VERSION = "0.1.0"
 
-Record = tuple[int, int, str, int, int, int, int, Any]
 
 
 class TimerNode:
@@ -68,7 +69,8 @@ class TimerNode:
         self.total += elapsed
         self.count += 1
 
-    def merge(self, other: Any, root_name: str | None = None, is_parallel: bool = True) -> None:
+    def merge(self, other: TimerNode, root_name: str | None = None,
+              is_parallel: bool = True) -> None:
         """Add `other` (and its children, recursively) into this node, ML-Agents style."""
         origin = getattr(other, "origin", None)
         hook = on_merge
@@ -131,6 +133,14 @@ class Base:
         self.tid = tid
 
 
+class RecordSink(Protocol):
+    """Where a trace's records go: the export buffer (a deque), a list, or `DISCARD`."""
+
+    def __len__(self) -> int: ...
+
+    def append(self, record: Record, /) -> None: ...
+
+
 class Trace:
     """One trace this process adds spans to: its id, its share of the span budget (handed on
     to child processes), and where its records go (the export buffer, or `DISCARD` for a
@@ -138,8 +148,8 @@ class Trace:
 
     __slots__ = ("budget", "link", "n", "sampled", "sink", "trace_id")
 
-    def __init__(self, trace_id: int, budget: int, sink: Any, link: tuple[int, int] | None = None,
-                 sampled: str | None = None) -> None:
+    def __init__(self, trace_id: int, budget: int, sink: RecordSink,
+                 link: tuple[int, int] | None = None, sampled: str | None = None) -> None:
         self.trace_id = trace_id
         self.budget = budget
         self.n = 0
@@ -156,11 +166,11 @@ class _Discard:
     def __len__(self) -> int:
         return 0
 
-    def append(self, record: Any) -> None:
+    def append(self, record: Record, /) -> None:
         pass
 
 
-DISCARD: Any = _Discard()
+DISCARD: RecordSink = _Discard()
 
 
 class OpenRoot:
@@ -171,7 +181,7 @@ class OpenRoot:
 
     def __init__(self, span_id: int) -> None:
         self._sid = span_id
-        self._up: Any = None
+        self._up: OpenRoot | None = None
         self._name = ""
         self._start = 0
 
@@ -182,7 +192,7 @@ class OpenBlock(OpenRoot):
 
     __slots__ = ()
 
-    def __init__(self, span_id: int, up: Any, name: str, start_ns: int) -> None:
+    def __init__(self, span_id: int, up: OpenRoot, name: str, start_ns: int) -> None:
         super().__init__(span_id)
         self._up = up
         self._name = name
@@ -327,15 +337,15 @@ def fix_argv(metadata: dict[str, str]) -> None:
         metadata["command_line_arguments"] = " ".join(sys.argv)
 
 
-def node_dict(node: TimerNode, gpu: bool = False) -> dict[str, Any]:
+def node_dict(node: TimerNode, gpu: bool = False) -> NodeDict:
     """One node in ML-Agents' timers.json schema: total, count, is_parallel (when set), self
     (children summed from 0.0 in order, as ML-Agents does), children (when any). With `gpu`,
     also ``gpu_total``/``gpu_count`` on nodes with GPU time (the whole-run tree's extension)."""
-    res: dict[str, Any] = {"total": node.total, "count": node.count}
+    res: NodeDict = {"total": node.total, "count": node.count}
     if node.is_parallel:
         res["is_parallel"] = True
     child_total = 0.0
-    children = {}
+    children: dict[str, NodeDict] = {}
     for name, child in list(node.children.items()):
         children[name] = child_res = node_dict(child, gpu)
         child_total += child_res["total"]
@@ -539,7 +549,7 @@ def _mark_inherited(node: TimerNode) -> None:
 
 
 def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
-                 tb: TracebackType | None) -> dict[str, Any]:
+                 tb: TracebackType | None) -> Extra:
     import traceback
 
     try:

@@ -41,6 +41,7 @@ from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
+from otel_rl._internal.shapes import Record
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 
@@ -376,9 +377,9 @@ class Runtime:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
             run_trace, run_span = self.root_run
             parent = run_span if run_trace == self.trace.trace_id else self.run_span_id
-            record = (recorder.new_span_id(), parent,
-                      f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
-                      self.trace.trace_id, {"attrs": attrs})
+            record: Record = (recorder.new_span_id(), parent,
+                              f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
+                              self.trace.trace_id, {"attrs": attrs})
         else:
             attrs[semconv.KIND] = semconv.KIND_RUN
             attrs[semconv.RUN_ID] = self.run_id

@@ -14,13 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.shapes import Attributes, AttributeValue, Extra, Record
 
 KIND_INTERNAL = 1
 STATUS_ERROR = 2
 STATUS_MESSAGE_MAX = 1024
 
 
-def extra_attributes(extra: Mapping[str, Any]) -> dict[str, Any]:
+def extra_attributes(extra: Extra) -> dict[str, AttributeValue]:
     """Span attributes a record's `extra` adds: its own ``attrs`` and the sampling verdict."""
     attrs = dict(extra.get("attrs") or {})
     if extra.get("sampled"):
@@ -41,8 +42,7 @@ class Batch:
 
     __slots__ = ("offset_ns", "records", "resource", "thread_names")
 
-    def __init__(self, resource: Mapping[str, Any], offset_ns: int,
-                 records: Sequence[Sequence[Any]],
+    def __init__(self, resource: Attributes, offset_ns: int, records: Sequence[Record],
                  thread_names: Mapping[int, str] | None = None) -> None:
         self.resource = resource
         self.offset_ns = offset_ns
@@ -71,7 +71,7 @@ _DOUBLE = struct.Struct("<d")
 _TIMES = struct.Struct("<BQBQ")  # start (field 7) and end (field 8), both fixed64
 
 
-def any_value(value: Any) -> bytes:
+def any_value(value: AttributeValue) -> bytes:
     """An OTLP ``AnyValue`` message."""
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
@@ -85,11 +85,11 @@ def any_value(value: Any) -> bytes:
     return _len_field(1, str(value).encode("utf-8", "replace"))
 
 
-def key_value(key: str, value: Any) -> bytes:
+def key_value(key: str, value: AttributeValue) -> bytes:
     return _len_field(1, key.encode("utf-8", "replace")) + _len_field(2, any_value(value))
 
 
-def _attributes(number: int, attrs: Mapping[str, Any]) -> bytes:
+def _attributes(number: int, attrs: Attributes) -> bytes:
     return b"".join(_len_field(number, key_value(k, v)) for k, v in attrs.items())
 
 
@@ -122,7 +122,7 @@ class Encoder:
         if cached is None:
             if len(self.names) > 65536:
                 self.names.clear()
-            attrs = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}
+            attrs: Attributes = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}
             cached = self.names[key] = (_len_field(5, name.encode("utf-8", "replace"))
                                         + b"\x30\x01" + _attributes(9, attrs))
         return cached
@@ -158,7 +158,7 @@ def _encode_spans(enc: Encoder, batch: Batch) -> bytes:
     return b"".join(out)
 
 
-def _extra(extra: Mapping[str, Any], end_ns: int) -> bytes:
+def _extra(extra: Extra, end_ns: int) -> bytes:
     parts = []
     attrs = extra_attributes(extra)
     if attrs:
@@ -179,7 +179,7 @@ def _extra(extra: Mapping[str, Any], end_ns: int) -> bytes:
     return b"".join(parts)
 
 
-def resource_bytes(resource: Mapping[str, Any]) -> bytes:
+def resource_bytes(resource: Attributes) -> bytes:
     """The ``Resource`` message (field 1 of ResourceSpans) for these attributes."""
     return _len_field(1, _attributes(1, resource))
 
@@ -199,7 +199,7 @@ def encode_batches(batches: Iterable[Batch], encoder: Encoder | None = None) -> 
 
 # --- OTLP/JSON ---------------------------------------------------------------------------------
 
-def json_value(value: Any) -> dict[str, Any]:
+def json_value(value: AttributeValue) -> dict[str, object]:
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
@@ -211,11 +211,11 @@ def json_value(value: Any) -> dict[str, Any]:
     return {"stringValue": str(value)}
 
 
-def json_attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+def json_attributes(attrs: Attributes) -> list[dict[str, object]]:
     return [{"key": k, "value": json_value(v)} for k, v in attrs.items()]
 
 
-def _json_span(record: Sequence[Any], offset: int, thread_names: Mapping[int, str]) -> dict[str, Any]:
+def _json_span(record: Record, offset: int, thread_names: Mapping[int, str]) -> dict[str, Any]:
     sid, psid, name, start, end, tid, trace_id, extra = record
     attrs: dict[str, Any] = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: thread_names.get(tid, "")}
     span: dict[str, Any] = {
@@ -265,7 +265,7 @@ class JsonEncoder:
             cached = self.names[key] = f',"name":{json.dumps(name)},"kind":1,"attributes":{attrs}'
         return cached
 
-    def span(self, record: Sequence[Any], offset: int, thread_names: Mapping[int, str]) -> str:
+    def span(self, record: Record, offset: int, thread_names: Mapping[int, str]) -> str:
         sid, psid, name, start, end, tid, trace_id, extra = record
         if extra:
             return json.dumps(_json_span(record, offset, thread_names), separators=(",", ":"))

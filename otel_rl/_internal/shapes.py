@@ -1,0 +1,85 @@
+"""The data shapes that cross otel_rl's module seams, as types (a leaf: imports nothing).
+
+- A span *record* (`Record`): the hot path's compact tuple, with its rare `Extra`.
+- *Attributes*: what a span or resource attribute may hold (OTel's AnyValue subset we write).
+- The whole-run tree's wire format (`NodeDict`, `GaugeDict`, `Contribution`, `Snapshot`): what
+  a process describes of its own blocks, sent from workers to the parent over the relay and
+  kept in aggregate spans. It is JSON: what comes back from ``json.loads`` is trusted to have
+  this shape only because otel_rl itself wrote it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+Scalar = str | bool | int | float
+AttributeValue = Scalar | Sequence[Scalar]
+Attributes = Mapping[str, AttributeValue]
+
+
+class Extra(TypedDict, total=False):
+    """A record's rare parts: an exception (type, message, stack), a link to another span
+    (trace id, span id), the `auto` policy's sampling verdict, extra attributes."""
+
+    error: Sequence[str]
+    link: Sequence[int]
+    sampled: str
+    attrs: Mapping[str, AttributeValue]
+
+
+#: (span id, parent span id, name, start ns, end ns, thread id, trace id, extra);
+#: times are perf_counter_ns, turned into epoch ns by the batch's offset.
+Record = tuple[int, int, str, int, int, int, int, Extra | None]
+
+
+class NodeDict(TypedDict, total=False):
+    """One node of timers.json (ML-Agents' schema, plus otel_rl's GPU keys)."""
+
+    total: float
+    count: int
+    is_parallel: bool
+    self: float
+    children: dict[str, NodeDict]
+    gpu_total: float
+    gpu_count: int
+
+
+class GaugeDict(TypedDict, total=False):
+    """A gauge: latest value, range, number of updates, and when it was last set (`ts`)."""
+
+    value: float
+    min: float
+    max: float
+    count: int
+    ts: float
+
+
+class ComponentDict(TypedDict, total=False):
+    name: str
+    role: str
+    index: int
+
+
+class Contribution(TypedDict, total=False):
+    """What one stack recorded, and where it goes in the whole-run tree."""
+
+    path: list[str]
+    parallel: bool
+    tree: NodeDict
+    pid: int
+    tid: int
+    component: ComponentDict
+
+
+class Snapshot(TypedDict, total=False):
+    """A worker process's cumulative description of itself (and of its own workers)."""
+
+    pid: int
+    role: str
+    index: int
+    contributions: list[Contribution]
+    gauges: dict[str, GaugeDict]
+    dropped: int
+    placements: list[list[object]]
+    children: list[Snapshot]
