@@ -26,6 +26,7 @@ from typing import Any
 import otel_rl
 from otel_rl._internal import recorder, runtime
 from otel_rl._internal.sdk_exporter import TimerTreeExporter
+from otel_rl._internal.shapes import TimersDict
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 
@@ -61,7 +62,7 @@ class Captured:
         """The ML-Agents tree rebuilt from the captured spans."""
         return self._exporter.tree()
 
-    def timer_tree(self) -> dict[str, Any]:
+    def timer_tree(self) -> TimersDict:
         """`tree()` as a timers.json dict."""
         return self._exporter.timer_tree()
 

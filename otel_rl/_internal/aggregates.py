@@ -17,10 +17,11 @@ import base64
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.shapes import Contribution, GaugeDict, Snapshot, TimersDict
 
 PART_CHARS = 1900
 NAME = "otel_rl aggregate"
@@ -36,7 +37,7 @@ def run_trace_id(run_id: str) -> int:
     return derive_trace_id(run_id, "run")
 
 
-def encode(payload: dict[str, Any]) -> list[str]:
+def encode(payload: Mapping[str, object]) -> list[str]:
     """The payload as base64 parts of at most `PART_CHARS` characters."""
     raw = json.dumps(payload, separators=(",", ":"), allow_nan=True).encode()
     text = base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
@@ -64,7 +65,7 @@ def span_attributes(source: str, seq: int, part: int, parts: int, final: bool, d
             semconv.AGGREGATE_PAYLOAD_KIND: kind, semconv.AGGREGATE_DATA: data}
 
 
-def gauge_attributes(gauges: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def gauge_attributes(gauges: Mapping[str, GaugeDict]) -> dict[str, Any]:
     """Gauges as ``otel_rl.gauge.<name>.value|min|max|count`` attributes."""
     attrs: dict[str, Any] = {}
     for name, g in gauges.items():
@@ -125,13 +126,14 @@ class Collected:
         return result, notes
 
 
-def build(collected: Collected) -> tuple[dict[str, Any], list[str]]:
+def build(collected: Collected) -> tuple[TimersDict, list[str]]:
     """The whole-run timers.json dict from collected aggregates, and notes on what it lacks."""
     from otel_rl._internal import wholerun
 
     latest, notes = collected.latest()
     main = [p for p, _final, kind in latest if kind == "main"]
-    workers = [p for p, _final, kind in latest if kind != "main"]
+    # A worker's payload is its snapshot (see `Runtime.checkpoint`).
+    workers: list[Snapshot] = [p for p, _final, kind in latest if kind != "main"]  # type: ignore[misc]
     unfinished = sum(1 for _p, final, _k in latest if not final)
     if unfinished:
         notes.append(f"{unfinished} process(es) did not finish (killed, or still running): "
@@ -139,11 +141,11 @@ def build(collected: Collected) -> tuple[dict[str, Any], list[str]]:
     if not main:
         notes.append("no aggregate from the run's main process: the root total is unknown")
         root_total = 0.0
-        local: list[dict[str, Any]] = []
-        snapshots: list[dict[str, Any]] = []
-        gauges: dict[str, Any] = {}
+        local: list[Contribution] = []
+        snapshots: list[Snapshot] = []
+        gauges: dict[str, GaugeDict] = {}
         metadata: dict[str, str] = {}
-        places: list[Any] = []
+        places: list[list[object]] = []
         main_worker = None
     else:
         first = main[0]

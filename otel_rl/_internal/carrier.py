@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from otel_rl._internal import log
@@ -76,7 +76,7 @@ def parse_traceparent(value: str) -> tuple[int, int, bool] | None:
     return trace_id, span_id, bool(int(flags_hex, 16) & 1)
 
 
-def make(trace_id: int, span_id: int, sampled: bool, data: Mapping[str, Any]) -> Carrier:
+def make(trace_id: int, span_id: int, sampled: bool, data: Mapping[str, object]) -> Carrier:
     """A carrier for span `span_id` of trace `trace_id`, with otel_rl's own `data`."""
     return {"traceparent": format_traceparent(trace_id, span_id, sampled), "tracestate": "",
             "otel_rl": json.dumps(data, separators=(",", ":"))}
@@ -127,7 +127,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Carrier:
     return carrier if carrier["traceparent"] else {}
 
 
-def to_env(carrier: Mapping[str, str], env: dict[Any, Any]) -> None:
+def to_env(carrier: Mapping[str, str], env: MutableMapping[str, str]) -> None:
     """Put `carrier` into the environment mapping `env` (for a child program)."""
     env[ENV_TRACEPARENT] = carrier["traceparent"]
     if carrier.get("tracestate"):

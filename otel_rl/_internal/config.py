@@ -363,7 +363,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
 
 
-def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+def resolve(arguments: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Settings:
     """Resolve every setting: argument > OTEL_RL_* > OTEL_* > default."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}

@@ -20,6 +20,7 @@ from typing import Any
 
 from otel_rl._internal import log
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon
 
@@ -96,7 +97,7 @@ class RelayServer:
     """Receives frames from workers; `on_batch(Batch)` and `on_snapshot(dict)` run on its thread."""
 
     def __init__(self, on_batch: Callable[[Batch], None],
-                 on_snapshot: Callable[[dict[str, Any]], None]) -> None:
+                 on_snapshot: Callable[[Snapshot], None]) -> None:
         self._on_batch = on_batch
         self._on_snapshot = on_snapshot
         import tempfile
@@ -253,7 +254,7 @@ class RelayClient(Sink):
             else:
                 self._stats.add_dropped("parent relay lost", len(batch.records))
 
-    def send_snapshot(self, snapshot: dict[str, Any]) -> None:
+    def send_snapshot(self, snapshot: Snapshot) -> None:
         self._send(_encode(KIND_SNAPSHOT, snapshot))
 
     def shutdown(self, deadline: float) -> None:

@@ -41,7 +41,14 @@ from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
-from otel_rl._internal.shapes import Record
+from otel_rl._internal.shapes import (
+    MainWorker,
+    OpenBlockInfo,
+    Record,
+    Snapshot,
+    TimersDict,
+    TreeInputs,
+)
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 
@@ -78,7 +85,7 @@ class Runtime:
             ctx.index if ctx else None)
         self.stats = Stats()
         self.thread_names: dict[int, str] = {}
-        self.snapshots: dict[str, dict[str, Any]] = {}
+        self.snapshots: dict[str, Snapshot] = {}
         self.snapshots_lock = threading.Lock()
         self.relay_server: RelayServer | None = None
         self.relay_client: RelayClient | None = None
@@ -106,7 +113,7 @@ class Runtime:
         self.finished = False
         self.aggregate_seq = 0
         self.aggregate_source = f"{socket.gethostname()}:{self.pid}:{recorder.new_span_id():x}"
-        self.pending_timers: dict[str, Any] | None = None
+        self.pending_timers: TimersDict | None = None
         self.t0_ns = (ctx.t0_ns if ctx is not None and ctx.t0_ns is not None
                       else self.offset_ns + self.start_ns)
         #: The stack of the thread that started the run (set by `attach`).
@@ -148,9 +155,9 @@ class Runtime:
             own=Batch(self.resource, self.offset_ns, [], self.thread_names),
             open_blocks=self.open_blocks, window_attributes=self.gauge_attributes)
 
-    def open_blocks(self) -> list[Any]:
+    def open_blocks(self) -> list[OpenBlockInfo]:
         """Blocks open now in this process's stacks (for continuation spans)."""
-        result = []
+        result: list[OpenBlockInfo] = []
         for st in recorder.all_stacks():
             if st.trace is None:
                 continue
@@ -281,7 +288,7 @@ class Runtime:
         return index
 
     # -- workers -----------------------------------------------------------------------------
-    def on_snapshot(self, snapshot: dict[str, Any]) -> None:
+    def on_snapshot(self, snapshot: Snapshot) -> None:
         with self.snapshots_lock:
             self.snapshots[f"{snapshot.get('pid')}"] = snapshot
 
@@ -299,7 +306,7 @@ class Runtime:
                 return None
         return str(self.relay_server.address)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         stacks = recorder.all_stacks()
         with self.snapshots_lock:
             children = list(self.snapshots.values())
@@ -329,16 +336,19 @@ class Runtime:
         """Snapshot the whole-run tree once: queue its aggregate spans for export and keep
         the timers.json made from the same snapshot, written once they have been exported."""
         self.last_timers_write = time.monotonic()
+        payload: TreeInputs | Snapshot
         if self.is_worker:
             payload, kind = self.snapshot(), "worker"
             tree = self.whole_run_tree(end_ns)
         else:
-            payload, kind = self.tree_inputs(end_ns), "main"
-            tree = wholerun.build(**payload)
+            inputs = self.tree_inputs(end_ns)
+            payload, kind = inputs, "main"
+            tree = wholerun.build(**inputs)
         self.emit_aggregate(payload, kind, final, end_ns)
         self.pending_timers = tree if self.output_dir else None
 
-    def emit_aggregate(self, payload: dict[str, Any], kind: str, final: bool, end_ns: int) -> None:
+    def emit_aggregate(self, payload: TreeInputs | Snapshot, kind: str, final: bool,
+                       end_ns: int) -> None:
         """The aggregate spans of `payload` (see `aggregates`), into the run trace."""
         if not self.pipeline.sinks:
             return
@@ -404,7 +414,7 @@ class Runtime:
         metadata["end_time_seconds"] = str(int(time.time()))
         return metadata
 
-    def tree_inputs(self, end_ns: int) -> dict[str, Any]:
+    def tree_inputs(self, end_ns: int) -> TreeInputs:
         """What `wholerun.build` makes the whole-run timers.json from, at `end_ns`."""
         stacks = recorder.all_stacks()
         run_stack = self.run_stack or recorder.thread_stack()
@@ -419,10 +429,10 @@ class Runtime:
                 "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
                 "places": placement.places(), "main": self._main_worker(run_stack)}
 
-    def whole_run_tree(self, end_ns: int) -> dict[str, Any]:
+    def whole_run_tree(self, end_ns: int) -> TimersDict:
         return wholerun.build(**self.tree_inputs(end_ns))
 
-    def _main_worker(self, run_stack: TimerStack) -> dict[str, Any] | None:
+    def _main_worker(self, run_stack: TimerStack) -> MainWorker | None:
         """The run's own thread as a `workers` entry, when a named Timing gave it a role."""
         main = _main_role()
         if main is None or self.is_worker:
@@ -484,7 +494,7 @@ class Runtime:
                 trace.sink.append((sid, psid, name, start, end_ns, st.tid, trace.trace_id,
                                    {"attrs": attrs}))
 
-    def _write_timers_dict(self, tree: dict[str, Any]) -> None:
+    def _write_timers_dict(self, tree: TimersDict) -> None:
         if not self.output_dir:
             return
         name = TIMERS_FILE if not self.is_worker else f"timers.{self.pid}.json"
@@ -560,7 +570,7 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
         return rt
 
 
-def configure(settings: Mapping[str, Any]) -> Runtime:
+def configure(settings: Mapping[str, object]) -> Runtime:
     """Turn otel_rl on with `settings` (see `otel_rl.configure`); returns the new runtime."""
     resolved = resolve(settings)
     with _lock:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -23,6 +22,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_rl._internal import semconv
 from otel_rl._internal.readers.sdk import span_from_sdk
+from otel_rl._internal.shapes import TimersDict
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
 from otel_rl._internal.treebuild import build_tree
@@ -75,7 +75,7 @@ class TimerTreeExporter(SpanExporter):
         """The `Tree` built from the spans collected so far."""
         return build_tree(self.spans())
 
-    def timer_tree(self) -> dict[str, Any]:
+    def timer_tree(self) -> TimersDict:
         """The tree as ML-Agents' ``get_timer_tree()`` dict (`Tree.to_dict`)."""
         return self.tree().to_dict()
 

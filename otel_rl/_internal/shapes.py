@@ -55,6 +55,28 @@ class GaugeDict(TypedDict, total=False):
     ts: float
 
 
+class WorkerDict(TypedDict):
+    """One worker process's own subtree in timers.json's ``workers`` (otel_rl's extension)."""
+
+    role: str
+    index: int
+    pid: int
+    path: list[str]
+    tree: NodeDict
+
+
+class TimersDict(NodeDict, total=False):
+    """A whole timers.json: ML-Agents' ``get_timer_tree()`` document, plus otel_rl's
+    ``workers`` and, on a tree rebuilt from a partial span set, ``complete``/``notes``."""
+
+    name: str
+    gauges: dict[str, GaugeDict]
+    metadata: dict[str, str]
+    workers: list[WorkerDict]
+    complete: bool
+    notes: list[str]
+
+
 class ComponentDict(TypedDict, total=False):
     name: str
     role: str
@@ -83,3 +105,29 @@ class Snapshot(TypedDict, total=False):
     dropped: int
     placements: list[list[object]]
     children: list[Snapshot]
+
+
+class MainWorker(TypedDict):
+    """The run's own thread as a ``workers`` entry (a named Sample Factory Timing's role)."""
+
+    role: str
+    index: int
+    pid: int
+    tid: int
+
+
+class TreeInputs(TypedDict):
+    """What the main process makes the whole-run timers.json from (`wholerun.build`'s
+    arguments; also the payload of its aggregate spans)."""
+
+    local: list[Contribution]
+    snapshots: list[Snapshot]
+    root_total: float
+    gauges: dict[str, GaugeDict]
+    metadata: dict[str, str]
+    places: list[list[object]]
+    main: MainWorker | None
+
+
+#: An open block, for continuation spans: (pid, span id, parent span id, name, start ns, tid).
+OpenBlockInfo = tuple[int, int, int, str, int, int]

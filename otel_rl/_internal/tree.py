@@ -21,9 +21,10 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from otel_rl._internal.errors import UserError, one_line
+from otel_rl._internal.shapes import GaugeDict, NodeDict, TimersDict, WorkerDict
 
 __all__ = ["Gauge", "Tree", "TreeNode", "WorkerInfo"]
 
@@ -130,21 +131,22 @@ class TreeNode:
             self.gpu_count,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> NodeDict:
         """This node in ML-Agents' schema (no ``name``: the name is the key in the parent)."""
         top = self._own_dict()
         todo = [(self, top)]
         while todo:
             node, out = todo.pop()
             if node.children:
-                children = out["children"] = {}
+                children: dict[str, NodeDict] = {}
+                out["children"] = children
                 for name, child in node.children.items():
                     child_dict = children[name] = child._own_dict()
                     todo.append((child, child_dict))
         return top
 
-    def _own_dict(self) -> dict[str, Any]:
-        res: dict[str, Any] = {"total": self.total, "count": self.count}
+    def _own_dict(self) -> NodeDict:
+        res: NodeDict = {"total": self.total, "count": self.count}
         if self.is_parallel:
             res["is_parallel"] = True
         res["self"] = self.self_time
@@ -197,7 +199,7 @@ class Gauge:
         self.max = max(self.max, other.max)
         self.count += other.count
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> GaugeDict:
         return {"value": self.value, "min": self.min, "max": self.max, "count": self.count}
 
 
@@ -215,7 +217,7 @@ class WorkerInfo:
     path: list[str]
     node: TreeNode
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> WorkerDict:
         return {
             "role": self.role,
             "index": self.index,
@@ -292,18 +294,18 @@ class Tree:
 
     # -- timers.json ---------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TimersDict:
         """ML-Agents' ``get_timer_tree()`` dict, in its key order, plus otel_rl's extensions.
 
         ``workers`` is added when there are workers; ``complete``/``notes`` only when the tree
         is incomplete, so a complete tree is exactly ML-Agents' schema.
         """
-        res: dict[str, Any] = {"name": self.root.name}
+        res: TimersDict = {"name": self.root.name}
         if self.gauges:
             res["gauges"] = {name: gauge.to_dict() for name, gauge in self.gauges.items()}
         if self.metadata:
             res["metadata"] = dict(self.metadata)
-        res.update(self.root.to_dict())
+        res.update(cast(TimersDict, self.root.to_dict()))  # a node's keys are a document's
         if self.workers:
             res["workers"] = [worker.to_dict() for worker in self.workers]
         if not self.complete:
@@ -318,7 +320,7 @@ class Tree:
         return dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: Any) -> Tree:
+    def from_dict(cls, data: object) -> Tree:
         """Read a ``get_timer_tree()``-style dict.
 
         Raises `UserError` with a one-line reason naming the offending path (e.g.

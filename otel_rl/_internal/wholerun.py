@@ -9,9 +9,10 @@ latest one replaces the previous, and a worker killed mid-run loses only its las
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from otel_rl._internal.recorder import GaugeNode, TimerStack, node_dict, stack_contribution
+from otel_rl._internal.recorder import Base, GaugeNode, TimerStack, node_dict, stack_contribution
+from otel_rl._internal.shapes import Contribution, GaugeDict, MainWorker, Snapshot, TimersDict
 
 if TYPE_CHECKING:
     # Imported where used: only the main process's shutdown builds a Tree, and the tree model
@@ -19,14 +20,14 @@ if TYPE_CHECKING:
     from otel_rl._internal.tree import Tree, TreeNode, WorkerInfo
 
 
-def _gauge_dict(gauge: GaugeNode, count: int) -> dict[str, Any]:
+def _gauge_dict(gauge: GaugeNode, count: int) -> GaugeDict:
     return {"value": gauge.value, "min": gauge.min_value, "max": gauge.max_value,
             "count": count, "ts": gauge._timestamp}
 
 
-def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, dict[str, Any]]:
+def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, GaugeDict]:
     """Gauges set in these stacks, without what `merge_gauges` copied between them."""
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, GaugeDict] = {}
     seen: set[int] = set()
     for st in stacks:
         for source, merged in ((st.retired_gauges, {}), (st.gauges, st.merged_gauge_counts)):
@@ -41,10 +42,10 @@ def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, dict[str, Any]]:
     return result
 
 
-def merge_gauge(into: dict[str, dict[str, Any]], name: str, gauge: dict[str, Any]) -> None:
+def merge_gauge(into: dict[str, GaugeDict], name: str, gauge: GaugeDict) -> None:
     mine = into.get(name)
     if mine is None:
-        into[name] = dict(gauge)
+        into[name] = gauge.copy()
         return
     if mine.get("ts", 0) < gauge.get("ts", 0):
         mine["value"], mine["ts"] = gauge["value"], gauge.get("ts", 0)
@@ -53,9 +54,9 @@ def merge_gauge(into: dict[str, dict[str, Any]], name: str, gauge: dict[str, Any
     mine["count"] += gauge["count"]
 
 
-def contributions(stacks: Iterable[TimerStack], default_base: Any) -> list[dict[str, Any]]:
+def contributions(stacks: Iterable[TimerStack], default_base: Base | None) -> list[Contribution]:
     """What each stack recorded, placed under the block that started it."""
-    result = []
+    result: list[Contribution] = []
     for st in stacks:
         node = stack_contribution(st)
         if not node.children:
@@ -63,8 +64,9 @@ def contributions(stacks: Iterable[TimerStack], default_base: Any) -> list[dict[
         base = st.base or default_base
         path = list(base.path) if base is not None else []
         parallel = base is not None and (base.pid, base.tid) != (st.pid, st.tid)
-        contribution = {"path": path, "parallel": parallel, "tree": node_dict(node, gpu=True),
-                        "pid": st.pid, "tid": st.tid}
+        contribution: Contribution = {"path": path, "parallel": parallel,
+                                      "tree": node_dict(node, gpu=True),
+                                      "pid": st.pid, "tid": st.tid}
         component = st.component
         if component is not None:  # a Sample Factory Timing's component (see `components`)
             contribution["component"] = {"name": component.name, "role": component.role,
@@ -73,13 +75,13 @@ def contributions(stacks: Iterable[TimerStack], default_base: Any) -> list[dict[
     return result
 
 
-def _flatten(snapshot: dict[str, Any]) -> Iterable[dict[str, Any]]:
+def _flatten(snapshot: Snapshot) -> Iterable[Snapshot]:
     yield snapshot
     for child in snapshot.get("children") or ():
         yield from _flatten(child)
 
 
-def _place(tree: Tree, contribution: dict[str, Any],
+def _place(tree: Tree, contribution: Contribution,
            places: dict[tuple[int, int], tuple[str, ...]]) -> TreeNode:
     """Merge a contribution's blocks under the block that started them, or where the program
     merged that thread's tree itself (`placement`); returns its subtree. The contribution's
@@ -97,7 +99,7 @@ def _place(tree: Tree, contribution: dict[str, Any],
     return node
 
 
-def _worker(contribution: dict[str, Any], node: TreeNode, role: str, index: int,
+def _worker(contribution: Contribution, node: TreeNode, role: str, index: int,
             pid: int) -> WorkerInfo:
     """The cross-worker entry of a contribution: a component's blocks (below the component
     node, named by the Timing's role), else the whole process's."""
@@ -115,15 +117,15 @@ def _worker(contribution: dict[str, Any], node: TreeNode, role: str, index: int,
     return WorkerInfo(role, index, pid, path, node)
 
 
-def build(*, local: list[dict[str, Any]], snapshots: Iterable[dict[str, Any]], root_total: float,
-          gauges: dict[str, dict[str, Any]], metadata: dict[str, str],
-          places: list[list[Any]] | None = None,
-          main: dict[str, Any] | None = None) -> dict[str, Any]:
+def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_total: float,
+          gauges: dict[str, GaugeDict], metadata: dict[str, str],
+          places: list[list[object]] | None = None,
+          main: MainWorker | None = None) -> TimersDict:
     """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
     from otel_rl._internal import placement
     from otel_rl._internal.tree import Gauge, Tree
 
-    all_gauges = {name: dict(g) for name, g in gauges.items()}
+    all_gauges = {name: g.copy() for name, g in gauges.items()}
     tree = Tree()
     snaps = [snap for top in snapshots for snap in _flatten(top)]
     where = placement.decode([places or [], *(snap.get("placements") or [] for snap in snaps)])
