@@ -8,6 +8,7 @@ when a venv cannot be built (no network on a fresh machine, say); CI builds them
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -57,6 +58,9 @@ class Venv:
 
 
 _built: dict[str, Venv] = {}
+#: Open lock files, one per venv used by this test session (released when it exits): two
+#: sessions on one machine must not reinstall otel_rl under each other's running tests.
+_locks: list[Any] = []
 
 
 def framework_venv(target: str, tmp_root: Path) -> Venv:
@@ -74,6 +78,9 @@ def framework_venv(target: str, tmp_root: Path) -> Venv:
         pytest.skip(f"cannot build the {target} venv (scripts/setup-frameworks.sh {target}): "
                     + " | ".join(tail))
     python = Path(built.stdout.split()[-1])
+    lock = open(python.parent.parent / ".otel-rl-tests.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _locks.append(lock)
     venv = Venv(target, python)
     quiet = ("-m", "pip", "--disable-pip-version-check", "-q")
     venv.run(python, *quiet, "uninstall", "-y", "otel-rl", cwd=tmp_root)

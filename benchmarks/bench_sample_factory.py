@@ -1,0 +1,160 @@
+"""The real Sample Factory run with and without otel_rl: FPS and CPU seconds of all processes.
+
+    python benchmarks/bench_sample_factory.py [--rounds N] [--steps N] [--quick] [--json FILE]
+
+Sample Factory 2.1.1 APPO on CartPole (``python -m sf_examples.train_gym_env``, 2 rollout
+workers x 8 envs, CPU), in the venv ``scripts/setup-frameworks.sh sf`` builds, with this
+checkout's otel_rl installed there by a plain ``pip install``. Each round runs both variants
+in a shuffled order: plain, and under ``otel-rl run`` (default settings: the ``auto`` span
+policy, files in a temporary folder). Measured per run: Sample Factory's own final FPS
+(``Collected {0: N}, FPS: X``) and the user + system CPU seconds of every process of the run
+(``RUSAGE_CHILDREN`` around it: the runner, its workers and, under ``otel-rl run``, the CLI).
+Reported: medians (min-max) and the ratio of medians otel_rl / plain, plus the spread of the
+per-round ratios. Checks: every run exits 0 and collects at least the steps asked for; the
+otel_rl run writes timers.json with the components.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import random
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from _report import failed_checks_lines, finish
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+_LOCKS: list[Any] = []
+COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
+
+
+def venv_python() -> str:
+    out = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup-frameworks.sh"), "sf"],
+                         capture_output=True, text=True, check=True)
+    python = out.stdout.split()[-1]
+    # The tests in tests/frameworks/ take the same lock: nobody reinstalls otel_rl meanwhile.
+    lock = open(os.path.join(os.path.dirname(os.path.dirname(python)), ".otel-rl-tests.lock"),
+                "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _LOCKS.append(lock)
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "uninstall", "-y", "otel-rl"], capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="otel-rl-src-") as src:
+        listed = subprocess.run(["git", "-C", REPO, "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], capture_output=True, check=True)
+        for rel in filter(None, listed.stdout.decode().split("\0")):
+            if (rel.startswith("otel_rl/") or "/" not in rel) and os.path.isfile(
+                    os.path.join(REPO, rel)):
+                os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+                with open(os.path.join(REPO, rel), "rb") as f, open(os.path.join(src, rel),
+                                                                     "wb") as g:
+                    g.write(f.read())
+        subprocess.run([*pip, "install", src], check=True)
+    return python
+
+
+def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, Any]:
+    command = ["-m", "sf_examples.train_gym_env", "--env=CartPole-v1", "--algo=APPO",
+               "--num_workers=2", "--num_envs_per_worker=8", "--device=cpu",
+               f"--train_for_env_steps={steps}", f"--experiment={variant}",
+               f"--train_dir={workdir}/train", "--with_wandb=False", "--save_every_sec=100000",
+               "--restart_behavior=overwrite"]
+    bindir = os.path.dirname(python)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env["PYTHONWARNINGS"] = "ignore"
+    argv = [python, *command]
+    out = os.path.join(workdir, f"otel-{variant}")
+    if variant == "otel_rl":
+        argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python", *command]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=1800)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    log = done.stdout + done.stderr
+    match = COLLECTED.findall(log)
+    checks = []
+    if done.returncode != 0:
+        checks.append(f"{variant}: exit status {done.returncode}: {log[-300:]!r}")
+    if not match or int(match[-1][0]) < steps:
+        checks.append(f"{variant}: did not collect {steps} steps")
+    if variant == "otel_rl" and not os.path.exists(os.path.join(out, "timers.json")):
+        checks.append("otel_rl: no timers.json")
+    return {"fps": float(match[-1][1]) if match else 0.0,
+            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "wall_s": wall, "checks": checks}
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for variant, rows in runs.items():
+        summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
+        for key in ("fps", "cpu_s", "wall_s"):
+            values = [r[key] for r in rows]
+            summary[variant][key] = {"median": statistics.median(values), "min": min(values),
+                                     "max": max(values)}
+    ratios: dict[str, Any] = {}
+    for key in ("fps", "cpu_s", "wall_s"):
+        per_round = [o[key] / p[key] for o, p in zip(runs["otel_rl"], runs["plain"], strict=True)
+                     if p[key]]
+        ratios[key] = {
+            "of_medians": summary["otel_rl"][key]["median"] / summary["plain"][key]["median"],
+            "per_round_min": min(per_round), "per_round_max": max(per_round)}
+    return {"summary": summary, "ratios": ratios}
+
+
+def render(results: dict[str, Any]) -> str:
+    s, r = results["summary"], results["ratios"]
+    lines = [f"Sample Factory 2.1.1 APPO CartPole, {results['steps']} env steps, 2 rollout "
+             f"workers × 8 envs, {results['rounds']} interleaved rounds (median, min–max)", "",
+             "| | FPS (Sample Factory's) | CPU s, all processes | wall s |", "|---|---|---|---|"]
+    for variant in ("plain", "otel_rl"):
+        cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
+                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
+                                                              ("wall_s", 1))]
+        name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
+             f"{r[k]['per_round_max']:.3f})" for k in ("fps", "cpu_s", "wall_s")]
+    lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
+    return "\n".join([*failed_checks_lines(results), *lines])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60000)
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 30,000 steps")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--seed", type=int, default=0, help="of the variant order per round")
+    args = parser.parse_args()
+    rounds, steps = (3, 30000) if args.quick else (args.rounds, args.steps)
+    python = venv_python()
+    order = random.Random(args.seed)
+    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
+    with tempfile.TemporaryDirectory(prefix="otel-rl-bench-sf-") as workdir:
+        for i in range(rounds):
+            variants = ["plain", "otel_rl"]
+            order.shuffle(variants)
+            for variant in variants:
+                row = one_run(python, variant, steps, workdir)
+                runs[variant].append(row)
+                print(f"round {i + 1}/{rounds} {variant:8s} FPS {row['fps']:8.1f}  CPU "
+                      f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
+    results = {"rounds": rounds, "steps": steps, "runs": runs, **summarize(runs)}
+    return finish(results, args.json, render)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
