@@ -153,16 +153,47 @@ class Runtime:
             budget=lambda: budget, main=main, run_span=self.root_run,
             lag_s=2 * s.flush_interval + 0.5,
             own=Batch(self.resource, self.offset_ns, [], self.thread_names),
-            open_blocks=self.open_blocks, window_attributes=self.gauge_attributes)
+            open_blocks=self.open_blocks, window_attributes=self.gauge_attributes,
+            # A process exporting on its own cannot know whether the block that started it
+            # (in another process) is still open: only the main process re-parents.
+            bases=self.bases if main else None)
+
+    def _own_open(self) -> list[list[Any]]:
+        return [[sid, psid, name, start, st.tid] for st in recorder.all_stacks()
+                if st.trace is not None for sid, psid, name, start in st.open_blocks()]
+
+    def _relayed(self) -> list[Snapshot]:
+        """The latest snapshot of every relaying worker (children's children included)."""
+        with self.snapshots_lock:
+            todo = list(self.snapshots.values())
+        result = []
+        while todo:
+            snap = todo.pop()
+            result.append(snap)
+            todo.extend(snap.get("children") or ())
+        return result
 
     def open_blocks(self) -> list[OpenBlockInfo]:
-        """Blocks open now in this process's stacks (for continuation spans)."""
-        result: list[OpenBlockInfo] = []
-        for st in recorder.all_stacks():
-            if st.trace is None:
-                continue
-            for sid, psid, name, start in st.open_blocks():
-                result.append((self.pid, sid, psid, name, start, st.tid))
+        """Blocks open now, in this process's stacks and (as of their last snapshot) in its
+        relaying workers', for continuation spans: (pid, span, parent, name, start, thread)."""
+        result: list[OpenBlockInfo] = [(self.pid, sid, psid, name, start, tid)
+                                       for sid, psid, name, start, tid in self._own_open()]
+        for snap in self._relayed():
+            pid = int(snap.get("pid") or 0)
+            for block in snap.get("open") or ():
+                if isinstance(block, list) and len(block) == 5:
+                    sid, psid, name, start, tid = block
+                    result.append((pid, int(sid), int(psid), str(name),  # type: ignore[call-overload]
+                                   int(start), int(tid)))  # type: ignore[call-overload]
+        return result
+
+    def bases(self) -> dict[Any, set[int]]:
+        """Per process: the span ids its threads' top-level blocks hang under."""
+        result: dict[Any, set[int]] = {
+            self.pid: {st.base.span_id for st in recorder.all_stacks() if st.base is not None}}
+        for snap in self._relayed():
+            result.setdefault(snap.get("pid"), set()).update(
+                int(x) for x in snap.get("bases") or () if isinstance(x, int))
         return result
 
     def gauge_attributes(self) -> dict[str, Any]:
@@ -316,6 +347,10 @@ class Runtime:
                 "gauges": wholerun.stack_gauges(stacks),
                 "dropped": sum(st.dropped for st in stacks),
                 "placements": placement.places(),
+                # For the parent's windows (`auto`): blocks open now, and where this process's
+                # threads hang.
+                "open": self._own_open(),
+                "bases": sorted({st.base.span_id for st in stacks if st.base is not None}),
                 "children": children}
 
     def _on_flush(self, deadline: float) -> None:

@@ -83,3 +83,6 @@ WINDOWS = "otel_rl.windows"
 #: On an outlier window: its spans start at/after this (Unix ns), the outlier's start (plus
 #: the blocks that contain it).
 WINDOW_SINCE_NS = "otel_rl.window.since_ns"
+#: On a window's span whose parent (the block that started its thread or process) had ended
+#: before the window: it hangs under the window span instead.
+STARTER_ENDED = "otel_rl.starter_ended"

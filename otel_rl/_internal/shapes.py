@@ -104,6 +104,10 @@ class Snapshot(TypedDict, total=False):
     gauges: dict[str, GaugeDict]
     dropped: int
     placements: list[list[object]]
+    #: For the parent's windows (`auto`): blocks open now, as [span id, parent span id, name,
+    #: start ns, thread id], and the span ids this process's threads hang under.
+    open: list[list[object]]
+    bases: list[int]
     children: list[Snapshot]
 
 

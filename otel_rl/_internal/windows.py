@@ -88,7 +88,8 @@ class Windower:
                  budget: Callable[[], int], main: bool, run_span: tuple[int, int],
                  lag_s: float, own: Batch, outlier_min_s: float = 0.010,
                  open_blocks: Callable[[], list[OpenBlock]] | None = None,
-                 window_attributes: Callable[[], dict[str, Any]] | None = None) -> None:
+                 window_attributes: Callable[[], dict[str, Any]] | None = None,
+                 bases: Callable[[], dict[Any, set[int]]] | None = None) -> None:
         self.run_id = run_id
         self.t0 = t0_ns
         self.width = max(1, int(window_s * 1e9))
@@ -100,6 +101,10 @@ class Windower:
         self.outlier_min = int(outlier_min_s * 1e9)
         self.open_blocks = open_blocks
         self.window_attributes = window_attributes
+        self.bases = bases
+        self._bases: dict[Any, set[int]] = {}
+        # Span ids (re-mapped) in the most recent kept windows, for late records' parents.
+        self._present: dict[int, set[int]] = {}
         self.windows: dict[int, _Window] = {}
         self.next_close = 0  # windows below this are decided
         self.kept: dict[int, str] = {}  # decided and kept: index -> "schedule" | "outlier"
@@ -142,11 +147,30 @@ class Windower:
             source.thread_names = batch.thread_names
         return key
 
+    def _parent(self, key: Any, k: int, psid: int) -> tuple[int, bool]:
+        """`psid` re-mapped for window `k`; the window span instead when `psid` is the block
+        that started this thread or process and it has ended before the window (a worker
+        outlives the block that started it): (parent id, re-parented)."""
+        if not psid:
+            return 0, False
+        parent = remap(psid, k)
+        present = self._present.get(k)
+        if (present is not None and parent not in present
+                and psid in self._bases.get(key, ())):
+            return remap(self.run_span, k), True
+        return parent, False
+
     def _emit(self, key: Any, k: int, record: Any) -> None:
         sid, psid, name, start, end, tid, _trace, extra = record
+        parent, moved = self._parent(key, k, psid)
+        if moved:
+            extra = {**(extra or {}), "attrs": {**((extra or {}).get("attrs") or {}),
+                                                semconv.STARTER_ENDED: True}}
+        present = self._present.get(k)
+        if present is not None:
+            present.add(remap(sid, k))
         self.sources[key].records.append(
-            (remap(sid, k), remap(psid, k) if psid else 0, name, start, end, tid,
-             self.trace_id(k), extra))
+            (remap(sid, k), parent, name, start, end, tid, self.trace_id(k), extra))
         self.stats["exported"] += 1
 
     def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
@@ -165,8 +189,12 @@ class Windower:
         offset = self.sources[key].offset
         lo = self.t0 + k * self.width - offset
         hi = lo + self.width
+        parent, _moved = self._parent(key, k, psid)
+        present = self._present.get(k)
+        if present is not None:
+            present.add(remap(sid, k))
         self.sources[key].records.append(
-            (remap(sid, k), remap(psid, k) if psid else 0, name, max(start, lo), min(end, hi),
+            (remap(sid, k), parent, name, max(start, lo), min(end, hi),
              tid, self.trace_id(k), {"attrs": _CONTINUATION}))
         self.stats["continuations"] += 1
 
@@ -297,19 +325,33 @@ class Windower:
         self._trim(window)
         late = self._late[k] = _Window(True, 0)
         late.cut, late.since = window.cut, window.since
-        for key, record, _start, _end in window.records:
-            self._emit(key, k, record)
-        for key, record in window.long:
-            sid, psid, name, start, end, tid = record[:6]
-            self._continue(key, k, sid, psid, name, start, end, tid)
         lo = self.t0 + k * self.width
         hi = min(lo + self.width, now_ns) if current else lo + self.width
+        opened = []
         if self.open_blocks is not None:
             for key, sid, psid, name, start, tid in self.open_blocks():
                 source = self.sources.get(key)
                 if source is None or start + source.offset >= lo:
                     continue  # the block's own span will come to this window when it ends
-                self._continue(key, k, sid, psid, name, start, hi - source.offset, tid, True)
+                opened.append((key, sid, psid, name, start, hi - source.offset, tid))
+        # Every span this window will hold, so that a block whose starter has ended (and is
+        # in no window) hangs under the window span instead of a missing parent.
+        present = {remap(self.run_span, k)}
+        present.update(remap(item[1][0], k) for item in window.records)
+        present.update(remap(record[0], k) for _key, record in window.long)
+        present.update(remap(item[1], k) for item in opened)
+        self._present[k] = present
+        for old in [j for j in self._present if j < k - 3]:
+            del self._present[old]
+        if self.bases is not None:
+            self._bases = self.bases()
+        for key, record, _start, _end in window.records:
+            self._emit(key, k, record)
+        for key, record in window.long:
+            sid, psid, name, start, end, tid = record[:6]
+            self._continue(key, k, sid, psid, name, start, end, tid)
+        for key, sid, psid, name, start, end, tid in opened:
+            self._continue(key, k, sid, psid, name, start, end, tid, True)
         if self.main:
             key = self.own_key
             offset = self.sources[key].offset
