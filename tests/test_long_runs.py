@@ -285,3 +285,34 @@ def test_two_machines_sharing_only_a_run_id_come_back_as_one_tree(
     assert launch["children"]["local_work"]["count"] == 1
     assert tree["total"] == written_a["total"]
     assert [w["pid"] for w in tree["workers"]] == [b_spans[0].resource[semconv.PROCESS_PID]]
+
+
+def test_long_demo_run_under_the_default_policy(jaeger: Any, jaeger_service: str,
+                                                tmp_path: Path) -> None:
+    """`otel-rl demo` (env worker processes, the trainer's `advance` iterations) for a long
+    run: a modest number of traces within the limits, no span without its parent, and the
+    exact tree from the file and from Jaeger by the run id the demo prints."""
+    environ = {**env(), "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint,
+               "OTEL_SERVICE_NAME": jaeger_service, "OTEL_RL_WINDOW": "0.5",
+               "OTEL_RL_SAMPLE_EVERY": "3"}
+    proc = subprocess.run([sys.executable, "-m", "otel_rl", "demo", "--workers", "2",
+                           "--steps", "60000", "--output", str(tmp_path), "--quiet"],
+                          cwd=REPO, capture_output=True, text=True, env=environ, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = next(line.split()[2] for line in proc.stdout.splitlines()
+                  if line.startswith("Run id:"))
+    logs = tmp_path / "demo" / "run_logs"
+    written = json.loads((logs / "timers.json").read_text())
+    spans = read_otlp_json_file(logs / "spans.otlp.jsonl")
+    windows = [s for s in spans if s.attributes.get(semconv.KIND) == "window"]
+    assert len({s.trace_id for s in spans}) == 1 + len(windows) >= 3
+    assert len({s.resource[semconv.PROCESS_PID] for s in spans}) == 3
+    assert not orphans(spans)
+    answers = wait_for_run(jaeger, spans)
+    check_traces(spans, answers)
+    rc, from_file, err = tree_cli(str(logs / "spans.otlp.jsonl"))
+    assert rc == 0, err
+    assert from_file == written
+    rc, from_jaeger, err = tree_cli("--jaeger", jaeger.query_url, "--run-id", run_id)
+    assert rc == 0, err
+    assert_same_tree(from_jaeger, written)
