@@ -248,7 +248,11 @@ class TimerStack:
         Safe to call from another thread: it only reads links that are replaced whole."""
         result = []
         node = self.top
-        while node is not None and node._up is not None:
+        # Bounded: a timer object re-entered while open (a program error) could link the
+        # chain into a loop; shutdown (a signal handler, too) must never spin on it.
+        for _ in range(100_000):
+            if node is None or node._up is None:
+                break
             up = node._up
             start = getattr(node, "_start", None)  # None: entered a moment ago
             if start is not None:
