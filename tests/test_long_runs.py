@@ -284,7 +284,8 @@ def test_two_machines_sharing_only_a_run_id_come_back_as_one_tree(
     assert remote["children"]["remote_inner"]["count"] == 3000
     assert launch["children"]["local_work"]["count"] == 1
     assert tree["total"] == written_a["total"]
-    assert [w["pid"] for w in tree["workers"]] == [b_spans[0].resource[semconv.PROCESS_PID]]
+    b_pid = b_spans[0].resource[semconv.PROCESS_PID]
+    assert [w["path"] for w in tree["workers"] if w["pid"] == b_pid] == [["launch"]]
 
 
 def test_long_demo_run_under_the_default_policy(jaeger: Any, jaeger_service: str,
