@@ -132,6 +132,14 @@ def test_sf_shaped_run_without_an_iteration_block(jaeger: Any, jaeger_service: s
     pids = Counter(len({s.resource[semconv.PROCESS_PID] for s in spans
                         if s.trace_id == w.trace_id}) for w in windows)
     assert max(pids) == 3
+    # Gauges over time: every window span and aggregate span carries the gauges as they were.
+    key = f"{semconv.GAUGE_PREFIX}reward.value"
+    series = [s.attributes[key] for s in sorted(windows, key=lambda s: s.start_ns)
+              if key in s.attributes]
+    assert len(series) >= len(windows) - 1 and series == sorted(series)
+    aggregates = [s for s in spans if s.attributes.get(semconv.KIND) == "aggregate"
+                  and key in s.attributes]
+    assert aggregates[-1].attributes[key] == written["gauges"]["reward"]["value"]
     answers = wait_for_run(jaeger, spans)
     check_traces(spans, answers)
     # The exact tree from the file and from Jaeger by run id.
