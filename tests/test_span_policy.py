@@ -174,3 +174,17 @@ def test_policy_from_environment(policy: str, tmp_path: Path, monkeypatch: pytes
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert tree["metadata"]["otel_rl_spans"] == policy
     assert tree["children"]["x"]["count"] == 1
+
+
+def test_a_failing_windower_exports_unwindowed_and_loses_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_rl._internal import windows
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("a bug in the windows")
+
+    monkeypatch.setattr(windows.Windower, "process", broken)
+    tree, spans = run(tmp_path, "auto")
+    assert_exact(tree)
+    assert sum(s.name == "advance" for s in spans) == ITERATIONS  # every record, unwindowed
+    assert_tree_from_spans_is_timers_json(spans, tree)

@@ -140,7 +140,17 @@ class Runtime:
         self.windower: Any = None
         if self.spans_on and settings.spans == "auto" and self.relay_client is None:
             self.windower = self._windower()
-            self.pipeline.transform = self.windower.process_now
+            self.pipeline.transform = self._windowed
+
+    def _windowed(self, batches: list[Batch], final: bool) -> list[Batch]:
+        """The windows' verdict on drained batches; if the windower fails (a bug), the
+        records go out unwindowed (into the run trace) rather than being lost."""
+        try:
+            return self.windower.process_now(batches, final)  # type: ignore[no-any-return]
+        except Exception as exc:
+            self.stats.warn_once(f"windows-{type(exc).__name__}",
+                                 f"time windows failed ({exc!r}); exporting unwindowed")
+            return batches
 
     def _windower(self) -> Any:
         from otel_rl._internal.windows import Windower
