@@ -67,6 +67,22 @@ main_role: tuple[str, str, int] | None = None
 
 _stacks: dict[tuple[int, str], TimerStack] = {}
 _lock = threading.Lock()
+#: The runtime the components above belong to: a new `configure()` starts afresh.
+_owner: Any = None
+
+
+def main_role_of(rt: Any) -> tuple[str, str, int] | None:
+    """`main_role`, if it was taken while `rt` was the runtime."""
+    return main_role if _owner is rt else None
+
+
+def _adopt_runtime(rt: Any) -> None:
+    global _owner, main_role
+    with _lock:
+        if _owner is not rt:
+            _stacks.clear()
+            main_role = None
+            _owner = rt
 
 
 def stack_for(name: str) -> TimerStack | None:
@@ -76,6 +92,8 @@ def stack_for(name: str) -> TimerStack | None:
     rt = runtime.current()
     if rt is None or rt.closed or rt.pid != os.getpid() or name == UNNAMED:
         return None
+    if _owner is not rt:
+        _adopt_runtime(rt)
     st = recorder.thread_stack()
     if st.component is not None:
         return None
@@ -141,10 +159,10 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
 
 def reset_after_fork() -> None:
     """A forked child's components are its own (it starts none of the parent's)."""
-    global _lock, main_role
+    global _lock, main_role, _owner
     _lock = threading.Lock()
     _stacks.clear()
-    main_role = None
+    main_role = _owner = None
 
 
 os.register_at_fork(after_in_child=reset_after_fork)

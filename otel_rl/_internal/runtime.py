@@ -438,7 +438,7 @@ class Runtime:
         else:
             attrs[semconv.KIND] = semconv.KIND_RUN
             attrs[semconv.RUN_ID] = self.run_id
-            main = _main_role()
+            main = _main_role(self)
             if main is not None:
                 attrs[semconv.COMPONENT], attrs[semconv.COMPONENT_ROLE], \
                     attrs[semconv.COMPONENT_INDEX] = main
@@ -479,7 +479,7 @@ class Runtime:
 
     def _main_worker(self, run_stack: TimerStack) -> MainWorker | None:
         """The run's own thread as a `workers` entry, when a named Timing gave it a role."""
-        main = _main_role()
+        main = _main_role(self)
         if main is None or self.is_worker:
             return None
         return {"role": main[1], "index": main[2], "pid": self.pid, "tid": run_stack.tid}
@@ -558,9 +558,9 @@ class Runtime:
             log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
 
 
-def _main_role() -> tuple[str, str, int] | None:
+def _main_role(rt: Runtime) -> tuple[str, str, int] | None:
     components = sys.modules.get("otel_rl._internal.components")
-    return None if components is None else components.main_role  # type: ignore[no-any-return]
+    return None if components is None else components.main_role_of(rt)  # type: ignore[no-any-return]
 
 
 # --- process state ---------------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""Sample Factory components in-process: a named `Timing` used in a worker thread becomes a
+block named like it, its role and index go on the span and into `workers`, and the tree rebuilt
+from spans agrees with timers.json. The real-framework version is tests/frameworks/."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import otel_rl
+from otel_rl._internal import semconv
+from otel_rl._internal.components import role_of
+from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+from otel_rl._internal.treebuild import build_tree
+from otel_rl.timers import hierarchical_timer
+from otel_rl.timing import Timing
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("RolloutWorker_w1 profile", ("RolloutWorker", 1)),
+    ("InferenceWorker_p0-w2 profile", ("InferenceWorker", 2)),
+    ("Learner 0 profile", ("Learner", 0)),
+    ("Runner profile", ("Runner", 0)),
+    ("trainer", ("trainer", 0)),
+])
+def test_role_and_index_come_from_the_timing_name(name: str, expected: tuple[str, int]) -> None:
+    assert role_of(name) == expected
+
+
+def rollout(index: int, steps: int) -> None:
+    timing = Timing(f"RolloutWorker_w{index} profile")
+    for _ in range(steps):
+        with timing.add_time("env_step"), timing.timeit("policy"):
+            pass
+
+
+def run(tmp_path: Path) -> tuple[dict[str, Any], Any]:
+    otel_rl.configure(output_dir=str(tmp_path), spans="all")
+    runner = Timing("Runner profile")
+    with runner.timeit("main_loop"):
+        threads = [threading.Thread(target=rollout, args=(i, 3 + i)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    otel_rl.shutdown()
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    return tree, read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
+
+
+def test_named_timing_in_a_worker_thread_is_a_component(tmp_path: Path) -> None:
+    tree, spans = run(tmp_path)
+    main_loop = tree["children"]["main_loop"]
+    assert set(main_loop["children"]) == {"RolloutWorker_w0 profile", "RolloutWorker_w1 profile"}
+    for i in range(2):
+        component = main_loop["children"][f"RolloutWorker_w{i} profile"]
+        assert component["count"] == 1 and component["is_parallel"]
+        assert component["children"]["env_step"]["count"] == 3 + i
+        assert component["children"]["env_step"]["children"]["policy"]["count"] == 3 + i
+    workers = {(w["role"], w["index"], tuple(w["path"])) for w in tree["workers"]}
+    assert workers == {("RolloutWorker", 0, ("main_loop", "RolloutWorker_w0 profile")),
+                       ("RolloutWorker", 1, ("main_loop", "RolloutWorker_w1 profile")),
+                       ("Runner", 0, ())}
+    marked = {(s.name, s.attributes[semconv.COMPONENT_ROLE], s.attributes[semconv.COMPONENT_INDEX])
+              for s in spans if semconv.COMPONENT in s.attributes}
+    assert marked == {("RolloutWorker_w0 profile", "RolloutWorker", 0),
+                      ("RolloutWorker_w1 profile", "RolloutWorker", 1), ("run", "Runner", 0)}
+
+
+def test_tree_from_spans_has_the_same_components(tmp_path: Path) -> None:
+    tree, spans = run(tmp_path)
+    rebuilt = build_tree(spans).to_dict()
+    assert _counts(rebuilt) == _counts(tree)
+    assert sorted((w["role"], w["index"], w["path"]) for w in rebuilt["workers"]) == \
+        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+
+
+def _counts(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    result = {}
+    for name, child in (tree.get("children") or {}).items():
+        result[(*path, name)] = child["count"]
+        result.update(_counts(child, (*path, name)))
+    return result
+
+
+def test_an_unnamed_timing_or_the_runs_own_thread_gets_no_component_block(
+    tmp_path: Path,
+) -> None:
+    otel_rl.configure(output_dir=str(tmp_path), spans="all")
+    with Timing("learner").add_time("train"):
+        pass
+    def unnamed() -> None:
+        with Timing().timeit("step"):
+            pass
+
+    with hierarchical_timer("outer"):
+        thread = threading.Thread(target=unnamed)
+        thread.start()
+        thread.join()
+    otel_rl.shutdown()
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert set(tree["children"]) == {"train", "outer"}
+    assert set(tree["children"]["outer"]["children"]) == {"step"}
+
+
+def test_the_runs_role_does_not_outlive_its_configure(tmp_path: Path) -> None:
+    run(tmp_path / "first")
+    otel_rl.configure(output_dir=str(tmp_path / "second"), spans="all")
+    with hierarchical_timer("plain"):
+        pass
+    otel_rl.shutdown()
+    tree = json.loads((tmp_path / "second" / "timers.json").read_text())
+    # Timers are the process's (what the first run recorded stays, as with ML-Agents), but the
+    # run's own role came from the first run's Timing: it is not this run's.
+    assert "Runner" not in {w["role"] for w in tree.get("workers", [])}
+    assert "plain" in tree["children"]
