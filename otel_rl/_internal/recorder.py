@@ -27,51 +27,58 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol
 
+from otel_rl._internal.node import TreeNode
 from otel_rl._internal.shapes import Extra, NodeDict, Record
 
 TIMER_FORMAT_VERSION = "0.1.0"
 
 
 
-class TimerNode:
-    """The time spent in one block of code (keyed by name in its parent's `children`)."""
+class TimerNode(TreeNode):
+    """The time spent in one block of code (keyed by name in its parent's `children`): the one
+    tree node (`TreeNode`) with ML-Agents' TimerNode API on top — `get_child`, `add_time`,
+    `merge(other, root_name, is_parallel)`, identity equality — and what the whole-run view
+    needs: what `merge` brought in, and where a stack's root came from."""
 
-    __slots__ = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "merged_count",
-                 "merged_total", "name", "origin", "total")
+    __slots__ = ("merged_count", "merged_total", "origin")
 
     def __init__(self, name: str = "") -> None:
-        self.children: dict[str, TimerNode] = {}
-        self.total: float = 0.0
-        self.count: int = 0
+        # Assigned here rather than through TreeNode.__init__: blocks make nodes on first entry.
+        self.children = {}
+        self.total = 0.0
+        self.count = 0
         self.is_parallel = False
         self.name = name
+        # GPU seconds of the runs whose events were read (opt-in blocks; `gpu` module).
+        self.gpu_total = 0.0
+        self.gpu_count = 0
         # What `merge` brought in from other trees (ML-Agents' own worker/thread merging).
         # The whole-run tree leaves it out: otel_rl gathers those trees itself.
         self.merged_total = 0.0
         self.merged_count = 0
-        # GPU seconds of the runs whose events were read (opt-in blocks; `gpu` module).
-        self.gpu_total = 0.0
-        self.gpu_count = 0
         # On a stack's root: (pid, thread id) of the stack, so that when the program merges
         # this tree into another (ML-Agents' `workers`, `trainer_threads`) the whole-run tree
         # can place that stack's blocks there. It travels with a pickled root.
         self.origin: tuple[int, int] | None = None
 
+    # ML-Agents compares and hashes its nodes by identity; so do live stacks.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
     def get_child(self, name: str) -> TimerNode:
-        """The child node for `name`, created if it does not exist yet."""
-        child = self.children.get(name)
-        if child is None:
-            child = self.children[name] = TimerNode(name)
-        return child
+        """The child node for `name`, created if it does not exist yet (ML-Agents' name for
+        `TreeNode.child`)."""
+        return self.child(name)
 
     def add_time(self, elapsed: float) -> None:
         """Accumulate `elapsed` seconds and count one run."""
         self.total += elapsed
         self.count += 1
 
-    def merge(self, other: TimerNode, root_name: str | None = None,
+    def merge(self, other: TreeNode, root_name: str | None = None,  # type: ignore[override]
               is_parallel: bool = True) -> None:
-        """Add `other` (and its children, recursively) into this node, ML-Agents style."""
+        """Add `other` (and its children, recursively) into this node, ML-Agents style
+        (counted as merged-in: the whole-run tree gathers other threads' trees itself)."""
         origin = getattr(other, "origin", None)
         hook = on_merge
         if origin is not None and hook is not None:
@@ -342,24 +349,9 @@ def fix_argv(metadata: dict[str, str]) -> None:
 
 
 def node_dict(node: TimerNode, gpu: bool = False) -> NodeDict:
-    """One node in ML-Agents' timers.json schema: total, count, is_parallel (when set), self
-    (children summed from 0.0 in order, as ML-Agents does), children (when any). With `gpu`,
-    also ``gpu_total``/``gpu_count`` on nodes with GPU time (the whole-run tree's extension)."""
-    res: NodeDict = {"total": node.total, "count": node.count}
-    if node.is_parallel:
-        res["is_parallel"] = True
-    child_total = 0.0
-    children: dict[str, NodeDict] = {}
-    for name, child in list(node.children.items()):
-        children[name] = child_res = node_dict(child, gpu)
-        child_total += child_res["total"]
-    res["self"] = max(0.0, node.total - child_total)
-    if gpu and node.gpu_count:
-        res["gpu_total"] = node.gpu_total
-        res["gpu_count"] = node.gpu_count
-    if children:
-        res["children"] = children
-    return res
+    """One node in ML-Agents' timers.json schema (`TreeNode.to_dict`); with `gpu`, also
+    ``gpu_total``/``gpu_count`` on nodes with GPU time (the whole-run tree's extension)."""
+    return node.to_dict(gpu)
 
 
 # --- Registries -----------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""The one tree node: a timed block's totals and children.
+
+A leaf module (no dataclasses, nothing heavy): the hot path's `recorder.TimerNode` builds on
+it, so worker processes import it at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from otel_rl._internal.shapes import NodeDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["TreeNode"]
+
+
+class TreeNode:
+    """One timed block: total seconds over all its runs, how many runs, and its children.
+
+    Children are keyed by name in first-seen order, as ML-Agents keeps them. `gpu_total` is
+    the GPU seconds of the `gpu_count` runs whose GPU time was measured (blocks opted in to
+    GPU timing; 0 runs otherwise). The recorder's `TimerNode` is this node with ML-Agents'
+    API on top, so a live stack's nodes and a tree read from a file are one type.
+    """
+
+    __slots__ = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "name", "total")
+
+    def __init__(
+        self,
+        name: str,
+        total: float = 0.0,
+        count: int = 0,
+        is_parallel: bool = False,
+        children: dict[str, Self] | None = None,
+        gpu_total: float = 0.0,
+        gpu_count: int = 0,
+    ) -> None:
+        self.name = name
+        self.total = total
+        self.count = count
+        self.is_parallel = is_parallel
+        self.children: dict[str, Self] = {} if children is None else children
+        self.gpu_total = gpu_total
+        self.gpu_count = gpu_count
+
+    @property
+    def self_time(self) -> float:
+        """Seconds spent in this block outside its children (never negative)."""
+        # Summed left to right from 0.0, as ML-Agents does, so floats match bit for bit.
+        child_total = 0.0
+        for child in self.children.values():
+            child_total += child.total
+        return max(0.0, self.total - child_total)
+
+    def child(self, name: str) -> Self:
+        """The child called `name`, created empty (of this node's type) if it does not exist."""
+        node = self.children.get(name)
+        if node is None:
+            node = self.children[name] = type(self)(name)
+        return node
+
+    def add(self, seconds: float, count: int = 1) -> None:
+        """Account `count` runs that took `seconds` in total."""
+        self.total += seconds
+        self.count += count
+
+    def merge(self, other: TreeNode, is_parallel: bool = True) -> None:
+        """Add `other`'s totals and counts into this node and, recursively, its children.
+
+        ML-Agents' ``TimerNode.merge``: ``is_parallel`` is OR-ed into this node and every
+        node merged below it.
+        """
+        # An explicit stack, here and in the other whole-subtree methods: trees can be
+        # thousands of levels deep (recursive code), deeper than Python's recursion limit.
+        todo = [(self, other)]
+        while todo:
+            mine, theirs = todo.pop()
+            mine.total += theirs.total
+            mine.count += theirs.count
+            mine.gpu_total += theirs.gpu_total
+            mine.gpu_count += theirs.gpu_count
+            mine.is_parallel |= is_parallel
+            todo.extend((mine.child(name), child) for name, child in theirs.children.items())
+
+    def walk(self, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], TreeNode]]:
+        """Yield ``(path, node)`` for every node below this one, depth first, in order."""
+        stack = [(path, iter(self.children.items()))]
+        while stack:
+            parent_path, children = stack[-1]
+            for name, child in children:
+                child_path = (*parent_path, name)
+                yield child_path, child
+                stack.append((child_path, iter(child.children.items())))
+                break
+            else:
+                stack.pop()
+
+    def copy(self) -> TreeNode:
+        """A deep copy."""
+        top = self._copy_own()
+        todo = [(self, top)]
+        while todo:
+            source, target = todo.pop()
+            for name, child in source.children.items():
+                copied = target.children[name] = child._copy_own()
+                todo.append((child, copied))
+        return top
+
+    def _copy_own(self) -> TreeNode:
+        return TreeNode(
+            self.name,
+            self.total,
+            self.count,
+            self.is_parallel,
+            None,
+            self.gpu_total,
+            self.gpu_count,
+        )
+
+    def to_dict(self, gpu: bool = True) -> NodeDict:
+        """This node in ML-Agents' schema (no ``name``: the name is the key in the parent);
+        with `gpu`, ``gpu_total``/``gpu_count`` on nodes with GPU time (otel_rl's extension)."""
+        top = self._own_dict(gpu)
+        todo = [(self, top)]
+        while todo:
+            node, out = todo.pop()
+            if node.children:
+                children: dict[str, NodeDict] = {}
+                out["children"] = children
+                for name, child in node.children.items():
+                    child_dict = children[name] = child._own_dict(gpu)
+                    todo.append((child, child_dict))
+        return top
+
+    def _own_dict(self, gpu: bool) -> NodeDict:
+        res: NodeDict = {"total": self.total, "count": self.count}
+        if self.is_parallel:
+            res["is_parallel"] = True
+        res["self"] = self.self_time
+        if gpu and self.gpu_count:
+            res["gpu_total"] = self.gpu_total
+            res["gpu_count"] = self.gpu_count
+        return res
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TreeNode):
+            return NotImplemented
+        todo = [(self, other)]
+        while todo:
+            a, b = todo.pop()
+            if (
+                a.name != b.name
+                or a.total != b.total
+                or a.count != b.count
+                or a.is_parallel != b.is_parallel
+                or a.gpu_total != b.gpu_total
+                or a.gpu_count != b.gpu_count
+                or a.children.keys() != b.children.keys()
+            ):
+                return False
+            todo.extend((child, b.children[name]) for name, child in a.children.items())
+        return True
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"TreeNode({self.name!r}, total={self.total!r}, count={self.count!r}, "
+            f"is_parallel={self.is_parallel!r}, children={list(self.children)!r})"
+        )
