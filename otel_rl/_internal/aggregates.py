@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.node import json_default
 from otel_rl._internal.shapes import Contribution, GaugeDict, Snapshot, TimersDict
 
 PART_CHARS = 1900
@@ -39,7 +40,8 @@ def run_trace_id(run_id: str) -> int:
 
 def encode(payload: Mapping[str, object]) -> list[str]:
     """The payload as base64 parts of at most `PART_CHARS` characters."""
-    raw = json.dumps(payload, separators=(",", ":"), allow_nan=True).encode()
+    raw = json.dumps(payload, separators=(",", ":"), allow_nan=True,
+                     default=json_default).encode()
     text = base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
     return [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
 

@@ -14,7 +14,7 @@ from otel_rl._internal.shapes import NodeDict
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["TreeNode"]
+__all__ = ["TreeNode", "json_default"]
 
 
 class TreeNode:
@@ -171,3 +171,11 @@ class TreeNode:
             f"TreeNode({self.name!r}, total={self.total!r}, count={self.count!r}, "
             f"is_parallel={self.is_parallel!r}, children={list(self.children)!r})"
         )
+
+
+def json_default(value: object) -> NodeDict:
+    """``json.dumps(..., default=json_default)``: a node as its timers.json dict, so payloads
+    that hold nodes in process (whole-run contributions) are written as the wire format."""
+    if isinstance(value, TreeNode):
+        return value.to_dict(gpu=True)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from otel_rl._internal import log
+from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Sink, Stats
@@ -34,7 +35,7 @@ _COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
 def _encode(kind: int, payload: Any) -> bytes:
-    body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    body = json.dumps(payload, separators=(",", ":"), default=json_default).encode("utf-8")
     return _HEADER.pack(len(body), kind) + body
 
 

@@ -11,7 +11,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from otel_rl._internal.node import TreeNode
 
 Scalar = str | bool | int | float
 AttributeValue = Scalar | Sequence[Scalar]
@@ -84,11 +87,14 @@ class ComponentDict(TypedDict, total=False):
 
 
 class Contribution(TypedDict, total=False):
-    """What one stack recorded, and where it goes in the whole-run tree."""
+    """What one stack recorded, and where it goes in the whole-run tree. In the process that
+    made it, `tree` is the stack's snapshot node itself (no dict on the way to the process's
+    own timers.json); written out (relay, aggregate spans) it is the node's dict
+    (`node.json_default`)."""
 
     path: list[str]
     parallel: bool
-    tree: NodeDict
+    tree: NodeDict | TreeNode
     pid: int
     tid: int
     component: ComponentDict

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from otel_rl._internal.recorder import Base, GaugeNode, TimerStack, node_dict, stack_contribution
+from otel_rl._internal.recorder import Base, GaugeNode, TimerStack, stack_contribution
 from otel_rl._internal.shapes import Contribution, GaugeDict, MainWorker, Snapshot, TimersDict
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def contributions(stacks: Iterable[TimerStack], default_base: Base | None) -> li
         path = list(base.path) if base is not None else []
         parallel = base is not None and (base.pid, base.tid) != (st.pid, st.tid)
         contribution: Contribution = {"path": path, "parallel": parallel,
-                                      "tree": node_dict(node, gpu=True),
+                                      "tree": node,
                                       "pid": st.pid, "tid": st.tid}
         component = st.component
         if component is not None:  # a Sample Factory Timing's component (see `components`)
@@ -86,9 +86,11 @@ def _place(tree: Tree, contribution: Contribution,
     """Merge a contribution's blocks under the block that started them, or where the program
     merged that thread's tree itself (`placement`); returns its subtree. The contribution's
     path is updated to where it went."""
-    from otel_rl._internal.tree import Tree
+    from otel_rl._internal.tree import Tree, TreeNode
 
-    node = Tree.from_dict(contribution["tree"]).root
+    part = contribution["tree"]
+    # This process's own snapshot is a node already; a worker's arrived as JSON.
+    node = part if isinstance(part, TreeNode) else Tree.from_dict(part).root
     parallel = contribution["parallel"]
     place = places.get((int(contribution.get("pid") or 0), int(contribution.get("tid") or 0)))
     if place is not None:
