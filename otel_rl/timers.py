@@ -36,6 +36,7 @@ from otel_rl._internal.recorder import (
     hierarchical_timer,
     thread_stack,
 )
+from otel_rl._internal.shapes import TimersDict
 
 __all__ = [
     "TIMER_FORMAT_VERSION",
@@ -131,7 +132,7 @@ def add_metadata(key: str, value: str, timer_stack: TimerStack | None = None) ->
     (timer_stack or thread_stack()).add_metadata(key, value)
 
 
-def get_timer_tree(timer_stack: TimerStack | None = None) -> dict[str, Any]:
+def get_timer_tree(timer_stack: TimerStack | None = None) -> TimersDict:
     """The tree of timings of `timer_stack` (default: this thread's) as a dict."""
     return (timer_stack or thread_stack()).get_timing_tree()
 

@@ -6,16 +6,14 @@ per worker.
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def warning(message: str, *args: Any) -> None:
+def warning(message: str, *args: object) -> None:
     import logging
 
     logging.getLogger("otel_rl").warning(message, *args)
 
 
-def info(message: str, *args: Any) -> None:
+def info(message: str, *args: object) -> None:
     import logging
 
     logging.getLogger("otel_rl").info(message, *args)

@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
-from typing import Any
+from typing import Any, cast
 
 from otel_rl._internal import carrier, recorder, runtime
 from otel_rl._internal.recorder import Base, TimerStack
@@ -241,13 +241,14 @@ def _patched_popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) 
     _original["popen_init"](self, *args, **kwargs)
 
 
-def inject_env(env: Mapping[Any, Any] | None = None) -> dict[Any, Any] | None:
+def inject_env(env: Mapping[str, str] | Mapping[bytes, bytes] | None = None
+               ) -> dict[str, str] | None:
     """A copy of `env` (default: os.environ) with the current context added; the caller's
     mapping and os.environ are left as they are. None if `env` has bytes keys."""
-    base: Mapping[Any, Any] = os.environ if env is None else env
-    if any(isinstance(k, bytes) for k in base):
+    base = os.environ if env is None else env
+    if any(isinstance(key, bytes) for key in base):
         return None
-    result = dict(base)
+    result = dict(cast("Mapping[str, str]", base))
     handed_down = make_carrier(for_process=True, role="subprocess")
     if handed_down:
         carrier.to_env(handed_down, result)

@@ -25,12 +25,13 @@ import time
 from collections.abc import Callable
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from otel_rl._internal.node import TreeNode
-from otel_rl._internal.shapes import Extra, NodeDict, Record
+from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
 
 TIMER_FORMAT_VERSION = "0.1.0"
+FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 
 
@@ -120,7 +121,7 @@ class GaugeNode:
         self.max_value = max(self.max_value, other.max_value)
         self.count += other.count
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> GaugeDict:
         return {"value": self.value, "min": self.min_value, "max": self.max_value,
                 "count": self.count}
 
@@ -300,9 +301,9 @@ class TimerStack:
         root.count = 1
         return root
 
-    def get_timing_tree(self, node: TimerNode | None = None) -> dict[str, Any]:
+    def get_timing_tree(self, node: TimerNode | None = None) -> TimersDict:
         """The tree of timings as a dict (ML-Agents' timers.json schema)."""
-        res: dict[str, Any] = {}
+        res: TimersDict = {}
         if node is None:
             node = self.get_root()
             res["name"] = "root"
@@ -312,7 +313,7 @@ class TimerStack:
                 fix_argv(self.metadata)
                 self.metadata["end_time_seconds"] = str(int(time.time()))
                 res["metadata"] = self.metadata
-        res.update(node_dict(node))
+        res.update(cast(TimersDict, node_dict(node)))  # a node's keys are a document's
         return res
 
     def set_gauge(self, name: str, value: float) -> None:
@@ -327,7 +328,7 @@ class TimerStack:
     def add_metadata(self, key: str, value: str) -> None:
         self.metadata[key] = value
 
-    def _get_gauges(self) -> dict[str, dict[str, float]]:
+    def _get_gauges(self) -> dict[str, GaugeDict]:
         return {name: gauge.as_dict() for name, gauge in self.gauges.items()}
 
     def _add_default_metadata(self) -> None:
@@ -636,7 +637,7 @@ class hierarchical_timer:
         else:
             st.dropped += 1
 
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+    def __call__(self, func: FuncT) -> FuncT:
         """Use as a decorator too, like a `contextlib.contextmanager` object."""
         name, stack = self._name, self._stack
         gpu = getattr(self, "_gpu_opt", None)
@@ -647,7 +648,7 @@ class hierarchical_timer:
 
         # The function's names (as contextlib's decorators do): pickle finds it by them.
         functools.update_wrapper(wrapped, func)
-        return wrapped
+        return cast(FuncT, wrapped)
 
 
 def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:

@@ -44,7 +44,7 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 # OTLP-JSON <-> protobuf --------------------------------------------------------------------
 
 
-def request_to_json_line(request: bytes | Any) -> str:
+def request_to_json_line(request: bytes | ExportTraceServiceRequest) -> str:
     """One OTLP-JSON line (no newline) for a request given as bytes or as a message.
 
     Ids are hex, enums integers, 64-bit integers strings — as the Collector's file exporter
@@ -98,7 +98,7 @@ def _shown_path(path: str | Path) -> str:
     return describe_path(path)
 
 
-def request_span_count(request: bytes | Any) -> int:
+def request_span_count(request: bytes | ExportTraceServiceRequest) -> int:
     """How many spans a request (bytes or message) holds."""
     if isinstance(request, bytes):
         message = ExportTraceServiceRequest()
