@@ -176,3 +176,22 @@ def test_testing_module_imports_without_pytest() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["['update',", "'run',", "'otel_rl", "aggregate']", "False",
                                   "False"]
+
+
+def test_the_recorders_switches_have_one_writer() -> None:
+    # Nobody assigns the recorder's module globals from outside...
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for target in targets:
+                assert not (isinstance(target, ast.Attribute)
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id == "recorder"), f"{path}:{node.lineno}"
+    # ...and inside it the span switches are rebound only by arm() and disarm().
+    tree = ast.parse((PACKAGE / "_internal" / "recorder.py").read_text(encoding="utf-8"))
+    switches = {"policy", "buffer_cap", "on_new_stack", "on_merge"}
+    writers = {fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+               for stmt in ast.walk(fn) if isinstance(stmt, ast.Global)
+               and switches & set(stmt.names)}
+    assert writers == {"arm", "disarm"}

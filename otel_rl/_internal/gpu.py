@@ -94,7 +94,6 @@ def configure(blocks: Iterable[str], wait: float) -> None:
     _patterns = tuple(blocks)
     timeout = wait
     _closing = False
-    recorder.gpu_wanted = {}
     recorder.use_gpu_blocks(bool(_patterns))
 
 
@@ -384,7 +383,7 @@ def _retarget(stack: Any, old_root: TimerNode) -> None:
             pending.node = target
 
 
-recorder.on_retire = _retarget
+recorder.set_retire_hook(_retarget)
 
 
 # --- spans: held back until their GPU time is known ---------------------------------------------

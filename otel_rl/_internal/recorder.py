@@ -671,8 +671,22 @@ def _init_with_gpu_blocks(self: hierarchical_timer, name: str,
 
 def use_gpu_blocks(on: bool) -> None:
     """While the `gpu_blocks` setting names blocks, every block checks its name against it
-    (cached per name); otherwise blocks skip that check altogether."""
+    (cached per name in `gpu_wanted`, emptied here); otherwise blocks skip that check."""
+    gpu_wanted.clear()
     hierarchical_timer.__init__ = _init_with_gpu_blocks if on else _plain_init  # type: ignore[method-assign]
+
+
+def set_retire_hook(hook: Callable[[TimerStack, TimerNode], None] | None) -> None:
+    """Called by `TimerStack.reset` with the stack and its old root (GPU timing's hook)."""
+    global on_retire
+    on_retire = hook
+
+
+def set_startup_argv(argv: str | None) -> None:
+    """The command line as Python had it while starting (zero-code mode configures otel_rl
+    before ``-m module`` rewrites sys.argv); `fix_argv` records the real one."""
+    global startup_argv
+    startup_argv = argv
 
 
 # --- The whole-run view of this process -------------------------------------------------------

@@ -88,7 +88,7 @@ def _configure(is_main: bool) -> None:
 
         # sys.argv is not final yet (``-m module`` still reads "-m"): timers record the
         # program's real command line once it is.
-        recorder.startup_argv = " ".join(sys.argv)
+        recorder.set_startup_argv(" ".join(sys.argv))
         otel_rl.configure()
 
 
