@@ -521,7 +521,7 @@ def gen_special_paths(rng: random.Random) -> Iterator[Case]:
     for special in ("dir", "fifo", "device", "missing", "socket", "dangling", "fifo-link", "nul"):
         yield Case("special files", special, list(commands), special=special)
     # Outputs that are not files.
-    for target in ("{dir}", "/dev/null", "{fifo}"):
+    for target in ("{dir}", "/dev/null", "{fifo}", "", "{dir}/new/"):
         for cmd in (["tree", GOOD.replace("good", "spans"), "-o", target], ["report", GOOD, "--html", target], ["import", GOOD, "--output", target]):  # fmt: skip
             yield Case("special files", f"output to {target}: {cmd[0]}", [cmd], special="outputs")
 
@@ -553,7 +553,8 @@ def gen_options(rng: random.Random) -> Iterator[Case]:
         ["demo", "--workers", "0"], ["demo", "--workers", "1000"], ["demo", "--steps", "0"],
         ["demo", "--seed", "-1"], ["demo", "--run-id", ".."], ["demo", "--run-id", ""],
         ["demo", "--run-id", "a/b"], ["demo", "--checkpoint-interval", "0"], ["demo", "--workers", "x"],
-        ["demo", "--spans", "some"], ["run"], ["run", "--", "no-such-command-xyz"],
+        ["demo", "--spans", "some"], ["demo", "--run-id", "x" * 300], ["run"],
+        ["run", "--", "no-such-command-xyz"],
     ]  # fmt: skip
     for argv in argvs:
         yield Case("bad options", " ".join(argv), [argv], special="outputs")

@@ -15,11 +15,12 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from otel_rl._internal.errors import (
     EXIT_INTERRUPTED,
     MAX_MESSAGE_CHARS,
+    UnavailableError,
     UsageError,
     UserError,
     one_line,
@@ -92,9 +93,59 @@ def _tolerant_output() -> None:
                 pass
 
 
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a stdout that cannot take the output (closed, a full
+    disk, ``> /dev/full``, a read-only descriptor) is one `UnavailableError` line (exit 5), not
+    an internal error. A reader that went away (EPIPE) stays `BrokenPipeError`: not an error."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _failed(self, exc: BaseException | None) -> NoReturn:
+        if self._stream is not None:
+            _silence_stdout(self._stream)  # what is still buffered must not fail again at exit
+        reason = "it is closed" if exc is None else one_line(getattr(exc, "strerror", None) or exc)
+        raise UnavailableError(f"cannot write to standard output ({reason})") from None
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            self._failed(None)
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+            self._failed(exc)
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            self._failed(None)
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_output()
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        if isinstance(sys.stdout, _GuardedStdout):
+            sys.stdout = stdout
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser, parsers = build_parser()
     # Only the chosen subcommand's module is imported.
     name = next((a for a in argv if not a.startswith("-")), None)
@@ -128,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`otel-rl report x | head`): that is not an error.
-        _silence_stdout()
+        _silence_stdout(sys.stdout)
         return 0
     except SystemExit as exc:  # --help, or a subcommand that exits itself
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -143,9 +194,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def _silence_stdout() -> None:
+def _silence_stdout(stream: Any) -> None:
+    """Point `stream`'s descriptor at /dev/null: what is still buffered for it then goes
+    nowhere at exit instead of failing a second time."""
     try:
+        fd = stream.fileno()
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, fd)
+        os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass

@@ -26,6 +26,8 @@ def check_output_path(path: str | Path, option: str) -> Path:
     shown = describe_path(path)
     if not str(path).strip():
         raise UsageError(f"{option} must name a file")
+    if str(path).endswith(("/", os.sep)):
+        raise UsageError(f"{option} {shown}: names a folder; name a file to write")
     try:
         info = os.stat(target)
     except FileNotFoundError:

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from otel_rl._internal.errors import UnavailableError, UsageError
+from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
 
 #: Limits that keep a typo from starting hundreds of processes.
 MAX_WORKERS = 64
@@ -98,11 +98,22 @@ def _check_options(args: argparse.Namespace) -> None:
     run_id = args.run_id
     # The run id names a folder that --force deletes: it must stay one plain name.
     if not run_id or run_id in (".", "..") or any(c in run_id for c in "/\\\0"):
-        raise UsageError(f"--run-id must be a plain folder name, got {run_id!r}")
+        raise UsageError(f"--run-id must be a plain folder name, got {shown(run_id)}")
+    if len(os.fsencode(run_id)) > 255:
+        raise UsageError(f"--run-id is {len(run_id)} characters; a folder name has at most 255 bytes")
 
 
 def _prepare_run_dir(output: Path, run_id: str, force: bool) -> Path:
     """Create ``output/run_id`` (empty), or explain in one line why it cannot be."""
+    try:
+        return _make_run_dir(output, run_id, force)
+    except OSError as exc:  # e.g. a path too long for the file system
+        raise UnavailableError(
+            f"cannot create {run_id} in --output {output}: {one_line(exc.strerror or exc)}"
+        ) from None
+
+
+def _make_run_dir(output: Path, run_id: str, force: bool) -> Path:
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output {output} is not a directory")
     try:

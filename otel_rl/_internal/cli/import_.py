@@ -181,19 +181,19 @@ def read_timers_file(path: str) -> Tree:
 def run(args: argparse.Namespace) -> int:
     from otel_rl._internal.cli._output import check_output_path, write_output
 
-    if not args.endpoint and not args.output:
+    if args.endpoint is None and args.output is None:
         raise UsageError("nothing to do: give --endpoint to send the trace, --output to save it")
     if not args.service_name.strip():
         raise UsageError("--service-name must not be empty")
-    if args.output:
+    if args.output is not None:
         check_output_path(args.output, "--output")
-    transport = make_transport(args) if args.endpoint else None
+    transport = make_transport(args) if args.endpoint is not None else None
     try:
         tree = read_timers_file(args.file)
         spans = tree_to_spans(tree, args.service_name, _start_ns(tree))
         request = build_request(spans)
         trace_id = spans[0].trace_id
-        if args.output:
+        if args.output is not None:
             write_output(args.output, request_to_json_line(request) + "\n")
             print(f"wrote {len(spans)} spans to {args.output}")
     except BaseException:

@@ -140,12 +140,12 @@ def run(args: argparse.Namespace) -> int:
     from otel_rl._internal.cli.tree import partial_line
     from otel_rl.renderers import crossworker, treeview
 
-    if args.html:
+    if args.html is not None:
         check_output_path(args.html, "--html")
     tree, spans = load_input(args.input)
     # Render everything first: a failure must not leave a half-written HTML file behind.
     page = None
-    if args.html:
+    if args.html is not None:
         from otel_rl.renderers import html
 
         page = html.render(

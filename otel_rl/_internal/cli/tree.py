@@ -63,6 +63,8 @@ def _load(args: argparse.Namespace) -> tuple[list[SpanData], str]:
         if args.trace_id or getattr(args, "run_id", None):
             raise UsageError("--trace-id and --run-id go with --jaeger or --tempo, not a spans file")
         if args.spans_file == "-":
+            if sys.stdin is None:
+                raise UserError("<stdin>: standard input is closed")
             stdin = getattr(sys.stdin, "buffer", None)
             text = (
                 decode_text(read_stream(stdin, "<stdin>"), "<stdin>")
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from otel_rl._internal.readers.semantics import check_span_set
     from otel_rl._internal.treebuild import build_tree
 
-    if args.output:
+    if args.output is not None:
         check_output_path(args.output, "--output")
     tree = _from_aggregates_in_file(args)
     if tree is None:
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         check_span_set(spans, source)
         tree = build_tree(spans)
     text = tree.to_json(indent=2) + "\n"
-    if args.output:
+    if args.output is not None:
         write_output(args.output, text)
     else:
         sys.stdout.write(text)
