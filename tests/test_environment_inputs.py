@@ -4,10 +4,15 @@ a traced CI job's TRACEPARENT and OTEL_SDK_DISABLED leave ``otel-rl demo`` worki
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from otel_rl._internal import config
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = (sys.executable, "-m", "otel_rl", "demo")
@@ -91,3 +96,63 @@ def test_malformed_otel_rl_context_is_ignored_and_the_traceparent_still_joined(
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("OTEL_RL_CONTEXT") == 1
     assert (tmp_path / "demo" / "run_logs" / "timers.json").is_file()
+
+
+#: Values no setting takes, and the ones that only some refuse.
+HOSTILE_VALUES = ["garbage", " ", "-1", "0", "nan", "inf", "1e999", "9" * 30, "\x7f", "é",
+                  "x" * 100_000, "[1]", "a=b%0D%0AX: y", "http://[::1", "http://h:99999", "ftp://h:1"]  # fmt: skip
+
+
+def test_every_setting_refuses_a_hostile_environment_value_with_one_bounded_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every row of the settings table, every hostile value: the value either parses, or the
+    setting keeps its default with one warning that names the variable and stays short (a value
+    can be 100,000 characters long). Never an exception out of `resolve`."""
+    checked = 0
+    for setting in config.TABLE:
+        for var in setting.env:
+            for value in HOSTILE_VALUES:
+                try:
+                    setting.parse(value)
+                    continue  # a value this setting takes
+                except ValueError:
+                    pass
+                config._warned.clear()
+                caplog.clear()
+                with caplog.at_level(logging.WARNING, logger="otel_rl"):
+                    settings = config.resolve({}, {var: value})
+                lines = [r.getMessage() for r in caplog.records]
+                assert len(lines) == 1 and f"ignoring {var}=" in lines[0], (var, value, lines)
+                assert len(lines[0]) <= 250, (var, len(lines[0]))
+                if setting.name not in ("service_name", "run_id"):  # derived when unset
+                    assert getattr(settings, setting.name) == setting.default, (var, value)
+                checked += 1
+    assert checked > 300
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://[::1"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:99999"),
+     ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://h:1"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a b:1"),
+     ("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost"), ("OTEL_EXPORTER_OTLP_HEADERS", "a=b%0D%0AX: y"),
+     ("OTEL_EXPORTER_OTLP_HEADERS", "bad key=v"), ("OTEL_RL_WORKER_INDEX", "-3"),
+     ("OTEL_RL_WORKER_INDEX", "99999999999999999999999")],
+)  # fmt: skip
+def test_values_that_would_fail_later_are_refused_where_they_are_read(var: str, value: str) -> None:
+    """An endpoint no transport can use, a header no request can carry, a worker index no
+    span can hold: refused (with the variable named) when read, not when the first export or
+    report fails."""
+    setting = next(s for s in config.TABLE if var in s.env)
+    with pytest.raises(ValueError):
+        setting.parse(value)
+
+
+def test_good_endpoints_headers_and_indices_still_parse() -> None:
+    by_name = {s.name: s for s in config.TABLE}
+    for endpoint in ("http://127.0.0.1:4318", "https://otel.example:443/v1/traces", "localhost:4317",
+                     "http://[::1]:4318", "none", "OFF"):  # fmt: skip
+        assert by_name["endpoint"].parse(endpoint) == endpoint
+    assert by_name["headers"].parse("Authorization=Bearer%20x,x-tenant=a") == {
+        "Authorization": "Bearer x", "x-tenant": "a"}  # fmt: skip
+    assert by_name["worker_index"].parse(" 7 ") == 7

@@ -71,6 +71,55 @@ def _parse_nonempty(text: str) -> str:
     return text.strip()
 
 
+def _parse_endpoint(text: str) -> str:
+    """An OTLP endpoint: an http(s) URL with a host and a valid port, or ``host:port``
+    (gRPC); ``none``/``off`` (no endpoint) pass. Checked here so that a malformed one is a
+    warning naming its variable, not an export error later."""
+    import urllib.parse
+
+    value = _parse_nonempty(text)
+    if value.lower() in ("none", "off"):
+        return value
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError("expected a URL without spaces or control characters")
+    if "://" in value:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port  # ValueError for a port out of range, not a number, bad IPv6
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError("expected an http:// or https:// URL with a host")
+    else:
+        host, _, port_text = value.rpartition(":")
+        if not host or not port_text.isdigit():
+            raise ValueError("expected an http(s)://host:port URL or host:port")
+        port = int(port_text)
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"port {port} is out of range")
+    return value
+
+
+#: Characters of an HTTP header name (RFC 9110 token).
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _parse_headers(text: str) -> dict[str, str]:
+    """`parse_key_values`, for request headers: names are HTTP tokens, values hold no control
+    characters (a CR/LF would be refused by every send, or split the request)."""
+    headers = parse_key_values(text)
+    for key, value in headers.items():
+        if not key or not set(key) <= _TOKEN:
+            raise ValueError(f"{key[:40]!r} is not a header name")
+        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+            raise ValueError(f"the value of {key[:40]!r} holds control characters")
+    return headers
+
+
+def _parse_index(text: str) -> int:
+    value = int(text.strip())
+    if not 0 <= value < 2**63:
+        raise ValueError(f"expected a non-negative integer, got {text[:40]!r}")
+    return value
+
+
 def _parse_names(text: str) -> tuple[str, ...]:
     """A comma-separated list of block names or fnmatch patterns (``forward,opt_*``)."""
     names = tuple(item.strip() for item in text.split(",") if item.strip())
@@ -182,13 +231,13 @@ TABLE: tuple[_Setting, ...] = (
              None, "service.name of every span (else from OTEL_RESOURCE_ATTRIBUTES, else "
              "'unknown_service:python')", _check_str, carried=True),
     _Setting("endpoint", ("OTEL_RL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                          "OTEL_EXPORTER_OTLP_ENDPOINT"), _parse_nonempty, None,
+                          "OTEL_EXPORTER_OTLP_ENDPOINT"), _parse_endpoint, None,
              "OTLP endpoint; unset means files only", _check_optional_str, carried=True),
     _Setting("protocol", ("OTEL_RL_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
                           "OTEL_EXPORTER_OTLP_PROTOCOL"), _parse_choice(PROTOCOLS),
              "http/protobuf", "grpc or http/protobuf", _check_choice(PROTOCOLS), carried=True),
     _Setting("headers", ("OTEL_RL_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-                         "OTEL_EXPORTER_OTLP_HEADERS"), parse_key_values, {},
+                         "OTEL_EXPORTER_OTLP_HEADERS"), _parse_headers, {},
              "extra request headers, k=v,k2=v2", _check_mapping),
     _Setting("compression", ("OTEL_RL_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
                              "OTEL_EXPORTER_OTLP_COMPRESSION"), _parse_choice(COMPRESSIONS),
@@ -258,7 +307,7 @@ TABLE: tuple[_Setting, ...] = (
              "marked otel_rl.gpu.timed_out", _check_positive(float), carried=True),
     _Setting("worker_role", ("OTEL_RL_WORKER_ROLE",), _parse_nonempty, None,
              "role of this process when it is a worker", _check_optional_str),
-    _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), int, None,
+    _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), _parse_index, None,
              "index of this worker within its role", None),
 )
 
@@ -354,7 +403,11 @@ def _from_env(setting: _Setting, environ: Mapping[str, str]) -> tuple[Any, str |
         try:
             return setting.parse(raw), var
         except ValueError as exc:
-            _warn_once(var, f"otel_rl: ignoring {var}={raw!r}: {exc}")
+            # Bounded: a value can be any length, and its parser's message may repeat it.
+            shown = repr(raw) if len(raw) <= 60 else f"{raw[:60]!r}... ({len(raw):,} characters)"
+            reason = " ".join(str(exc).split())
+            reason = reason if len(reason) <= 100 else reason[:99] + "…"
+            _warn_once(var, f"otel_rl: ignoring {var}={shown}: {reason}")
     return None, None
 
 
