@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from otel_rl._internal.shapes import NodeDict
+from otel_rl._internal.shapes import GaugeDict, NodeDict
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["TreeNode", "json_default"]
+__all__ = ["Gauge", "TreeNode", "json_default"]
 
 
 class TreeNode:
@@ -172,6 +172,67 @@ class TreeNode:
             f"is_parallel={self.is_parallel!r}, children={list(self.children)!r})"
         )
 
+
+
+class Gauge:
+    """A gauge as ML-Agents keeps it: the latest value, the range seen, how many values, and
+    when the latest was set (`ts`, seconds since the epoch; 0 when unknown).
+
+    `merge` is otel_rl's one rule for folding gauges together (workers into the run, trees
+    into trees, run and process spans into a rebuilt tree). ML-Agents' own
+    ``GaugeNode.merge`` stays as ML-Agents wrote it, for code that calls it.
+    """
+
+    __slots__ = ("count", "max", "min", "ts", "value")
+
+    def __init__(self, value: float, min: float, max: float, count: int = 1,
+                 ts: float = 0.0) -> None:
+        self.value = value
+        self.min = min
+        self.max = max
+        self.count = count
+        self.ts = ts
+
+    def merge(self, other: Gauge) -> None:
+        """Fold `other` in: the later value wins (by `ts`; on a tie, `other`, merged in
+        later), min of the minima, max of the maxima, counts add."""
+        if other.ts >= self.ts:
+            self.value, self.ts = other.value, other.ts
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.count += other.count
+
+    def copy(self) -> Gauge:
+        return Gauge(self.value, self.min, self.max, self.count, self.ts)
+
+    def to_dict(self, ts: bool = False) -> GaugeDict:
+        """As timers.json writes it; with `ts`, as workers send it (the wire format)."""
+        res: GaugeDict = {"value": self.value, "min": self.min, "max": self.max,
+                          "count": self.count}
+        if ts:
+            res["ts"] = self.ts
+        return res
+
+    @classmethod
+    def from_dict(cls, data: GaugeDict) -> Gauge:
+        """From the wire format (trusted: otel_rl wrote it)."""
+        value = data["value"]
+        return cls(value, data.get("min", value), data.get("max", value), data.get("count", 1),
+                   data.get("ts", 0.0))
+
+    def __eq__(self, other: object) -> bool:
+        # `ts` is bookkeeping for merging: the same gauge read from a file or rebuilt from
+        # spans compares equal.
+        if not isinstance(other, Gauge):
+            return NotImplemented
+        return (self.value, self.min, self.max, self.count) == (
+            other.value, other.min, other.max, other.count)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (f"Gauge(value={self.value!r}, min={self.min!r}, max={self.max!r}, "
+                f"count={self.count!r})")
 
 def json_default(value: object) -> NodeDict:
     """``json.dumps(..., default=json_default)``: a node as its timers.json dict, so payloads

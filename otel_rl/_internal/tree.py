@@ -24,30 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from otel_rl._internal.errors import UserError, one_line
-from otel_rl._internal.node import TreeNode
-from otel_rl._internal.shapes import GaugeDict, TimersDict, WorkerDict
+from otel_rl._internal.node import Gauge, TreeNode
+from otel_rl._internal.shapes import TimersDict, WorkerDict
 
 __all__ = ["Gauge", "Tree", "TreeNode", "WorkerInfo"]
-
-
-@dataclass(slots=True)
-class Gauge:
-    """A gauge as ML-Agents keeps it: the latest value, the range seen, and how many values."""
-
-    value: float
-    min: float
-    max: float
-    count: int = 1
-
-    def merge(self, other: Gauge) -> None:
-        """Fold `other` in; its value is taken as the later one."""
-        self.value = other.value
-        self.min = min(self.min, other.min)
-        self.max = max(self.max, other.max)
-        self.count += other.count
-
-    def to_dict(self) -> GaugeDict:
-        return {"value": self.value, "min": self.min, "max": self.max, "count": self.count}
 
 
 @dataclass(slots=True)
@@ -123,7 +103,7 @@ class Tree:
         for name, gauge in other.gauges.items():
             mine = self.gauges.get(name)
             if mine is None:
-                self.gauges[name] = Gauge(gauge.value, gauge.min, gauge.max, gauge.count)
+                self.gauges[name] = gauge.copy()
             else:
                 mine.merge(gauge)
         for key, value in other.metadata.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from otel_rl._internal.node import Gauge
 from otel_rl._internal.recorder import Base, GaugeNode, TimerStack, stack_contribution
 from otel_rl._internal.shapes import Contribution, GaugeDict, MainWorker, Snapshot, TimersDict
 
@@ -43,15 +44,14 @@ def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, GaugeDict]:
 
 
 def merge_gauge(into: dict[str, GaugeDict], name: str, gauge: GaugeDict) -> None:
+    """Fold `gauge` into `into[name]` by the one rule (`node.Gauge.merge`)."""
     mine = into.get(name)
     if mine is None:
         into[name] = gauge.copy()
         return
-    if mine.get("ts", 0) < gauge.get("ts", 0):
-        mine["value"], mine["ts"] = gauge["value"], gauge.get("ts", 0)
-    mine["min"] = min(mine["min"], gauge["min"])
-    mine["max"] = max(mine["max"], gauge["max"])
-    mine["count"] += gauge["count"]
+    merged = Gauge.from_dict(mine)
+    merged.merge(Gauge.from_dict(gauge))
+    into[name] = merged.to_dict(ts=True)
 
 
 def contributions(stacks: Iterable[TimerStack], default_base: Base | None) -> list[Contribution]:
@@ -125,7 +125,7 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
           main: MainWorker | None = None) -> TimersDict:
     """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
     from otel_rl._internal import placement
-    from otel_rl._internal.tree import Gauge, Tree
+    from otel_rl._internal.tree import Tree
 
     all_gauges = {name: g.copy() for name, g in gauges.items()}
     tree = Tree()
@@ -146,7 +146,6 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
         for name, gauge in (snap.get("gauges") or {}).items():
             merge_gauge(all_gauges, name, gauge)
     tree.root.total, tree.root.count = root_total, 1
-    tree.gauges = {name: Gauge(g["value"], g["min"], g["max"], g["count"])
-                   for name, g in all_gauges.items()}
+    tree.gauges = {name: Gauge.from_dict(g) for name, g in all_gauges.items()}
     tree.metadata = dict(metadata)
     return tree.to_dict()
