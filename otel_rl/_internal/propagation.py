@@ -8,7 +8,6 @@ standard-library patches that use it automatically (installed by `otel_rl.config
 
 from __future__ import annotations
 
-import inspect
 import multiprocessing.process
 import os
 import re
@@ -17,9 +16,12 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from otel_rl._internal import carrier, recorder, runtime
+
+if TYPE_CHECKING:
+    from inspect import Signature
 from otel_rl._internal.recorder import Base, TimerStack
 from otel_rl._internal.runtime import Runtime, make_carrier
 
@@ -219,7 +221,7 @@ def _patched_thread_start(self: threading.Thread) -> None:
     _original["thread_start"](self)
 
 
-_popen_signature: inspect.Signature | None = None
+_popen_signature: Signature | None = None
 
 
 def _patched_popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
@@ -228,6 +230,8 @@ def _patched_popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) 
     if rt is not None:
         try:
             if _popen_signature is None:
+                import inspect  # on first use: worker start-up does not pay for it
+
                 _popen_signature = inspect.signature(_original["popen_init"])
             # Bound by name, so `env` is found however the caller passed it.
             bound = _popen_signature.bind(self, *args, **kwargs)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from otel_rl._internal import log
 from otel_rl._internal.otlp.records import Batch
 
-__all__ = ["Sink", "Stats", "span_count"]
+__all__ = ["Sink", "Stats", "chunk_batches", "span_count"]
 
 
 class Sink(ABC):
@@ -58,3 +58,24 @@ class Stats:
 def span_count(batches: Sequence[Batch]) -> int:
     """How many span records `batches` hold."""
     return sum(len(b.records) for b in batches)
+
+
+def chunk_batches(batches: Sequence[Batch], size: int) -> list[list[Batch]]:
+    """Split batches into requests of at most `size` spans (gRPC's 4 MiB default limit)."""
+    requests: list[list[Batch]] = []
+    current: list[Batch] = []
+    room = size
+    for batch in batches:
+        records = batch.records
+        start = 0
+        while start < len(records):
+            take = records[start:start + room]
+            current.append(Batch(batch.resource, batch.offset_ns, take, batch.thread_names))
+            start += len(take)
+            room -= len(take)
+            if room == 0:
+                requests.append(current)
+                current, room = [], size
+    if current:
+        requests.append(current)
+    return requests

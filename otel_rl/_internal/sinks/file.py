@@ -8,8 +8,7 @@ from typing import TextIO
 
 from otel_rl._internal.otlp import records
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.sinks.base import Sink, Stats, span_count
-from otel_rl._internal.sinks.otlp import _chunks
+from otel_rl._internal.sinks.base import Sink, Stats, chunk_batches, span_count
 
 __all__ = ["FileSink"]
 
@@ -39,7 +38,7 @@ class FileSink(Sink):
                 self._file = open(self.path, "a", encoding="utf-8")
             # One request per line of at most LINE_SPANS spans, as the Collector writes one
             # per export: a reader can stream the file a line at a time.
-            for request in _chunks(batches, LINE_SPANS):
+            for request in chunk_batches(batches, LINE_SPANS):
                 self._file.write(self._encoder.request_line(request) + "\n")
             self._file.flush()
             self._stats.add_exported(self.name, n)

@@ -8,31 +8,9 @@ from otel_rl._internal.otlp import records
 from otel_rl._internal.otlp.delivery import Delivery, Request
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.otlp.transport import ExportError, OtlpTransport
-from otel_rl._internal.sinks.base import Sink, Stats, span_count
+from otel_rl._internal.sinks.base import Sink, Stats, chunk_batches, span_count
 
 __all__ = ["OtlpSink"]
-
-
-def _chunks(batches: Sequence[Batch], size: int) -> list[list[Batch]]:
-    """Split batches into requests of at most `size` spans (gRPC's 4 MiB default limit)."""
-    requests: list[list[Batch]] = []
-    current: list[Batch] = []
-    room = size
-    for batch in batches:
-        records = batch.records
-        start = 0
-        while start < len(records):
-            take = records[start:start + room]
-            current.append(Batch(batch.resource, batch.offset_ns, take, batch.thread_names))
-            start += len(take)
-            room -= len(take)
-            if room == 0:
-                requests.append(current)
-                current, room = [], size
-    if current:
-        requests.append(current)
-    return requests
-
 
 
 class _BatchRequest:
@@ -56,7 +34,7 @@ class _BatchRequest:
         if self.spans < 2:
             return []
         return [_BatchRequest(chunk, self._encoder)
-                for chunk in _chunks(self.batches, (self.spans + 1) // 2)]
+                for chunk in chunk_batches(self.batches, (self.spans + 1) // 2)]
 
 
 class OtlpSink(Sink):
@@ -79,7 +57,7 @@ class OtlpSink(Sink):
                               f"cannot export to {self._endpoint} ({error}); retrying")
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
-        for chunk in _chunks(batches, self._batch_size):
+        for chunk in chunk_batches(batches, self._batch_size):
             outcome = self._delivery.send(_BatchRequest(chunk, self._encoder), deadline)
             if outcome.sent:
                 self._stats.add_exported(self.name, outcome.sent)
