@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import http.client
 import math
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal.errors import UnavailableError, UsageError, UserError, one_line, shown
+from otel_rl._internal.errors import (
+    UnavailableError,
+    UsageError,
+    UserError,
+    one_line,
+    shorten,
+    shown,
+)
 from otel_rl._internal.readers.boundary import (
     DEFAULT_LIMITS,
     decode_text,
@@ -72,29 +81,39 @@ def check_timeout(timeout: float) -> float:
 def http_get_json(url: str, backend: str, base_url: str, timeout: float) -> tuple[int, Any]:
     """GET `url`; return (HTTP status, parsed JSON or None).
 
-    Unreachable -> `UnavailableError`; a 200 answer that is not JSON (or over the limits) ->
-    `UserError`.
+    The whole answer must arrive within `timeout` seconds (a server that trickles bytes does
+    not keep the command waiting). Unreachable, too slow, cut short or not HTTP ->
+    `UnavailableError`; a 200 answer that is not JSON (or over the limits) -> `UserError`.
     """
     limit = DEFAULT_LIMITS.max_document_bytes
-    try:
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        with urllib.request.urlopen(request, timeout=check_timeout(timeout)) as response:
-            status, body = response.status, response.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        try:
-            status, body = exc.code, exc.read(64 * 1024)
-        except OSError:
-            status, body = exc.code, b""
-    except urllib.error.URLError as exc:
-        raise UnavailableError(
-            f"cannot reach {backend} at {base_url}: {_reason(exc.reason)}"
-        ) from None
-    except TimeoutError:
-        raise UnavailableError(
-            f"cannot reach {backend} at {base_url}: no answer within {timeout:g} s"
-        ) from None
-    except (OSError, ValueError) as exc:  # bad URL, connection reset mid-answer
-        raise UnavailableError(f"cannot reach {backend} at {base_url}: {_reason(exc)}") from None
+    check_timeout(timeout)
+    where = f"cannot reach {backend} at {base_url}"
+    outcome: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=_exchange, args=(url, timeout, limit, outcome), name="otel-rl-get", daemon=True
+    )
+    worker.start()
+    worker.join(timeout + 1.0)
+    if worker.is_alive():
+        response = outcome.get("response")
+        if response is not None:
+            try:
+                response.close()  # the worker's next read fails; it ends on its own
+            except Exception:  # closing a half-read answer from another thread
+                pass
+        raise UnavailableError(f"{where}: no complete answer within {timeout:g} s")
+    error = outcome.get("error")
+    if isinstance(error, urllib.error.URLError):
+        raise UnavailableError(f"{where}: {_reason(error.reason)}")
+    if isinstance(error, TimeoutError):
+        raise UnavailableError(f"{where}: no answer within {timeout:g} s")
+    if isinstance(error, http.client.HTTPException):  # not HTTP, or cut short
+        raise UnavailableError(f"{where}: broken HTTP answer ({_reason(error)})")
+    if isinstance(error, (OSError, ValueError)):  # bad URL, connection reset mid-answer
+        raise UnavailableError(f"{where}: {_reason(error)}")
+    if error is not None:
+        raise error
+    status, body = outcome["status"], outcome["body"]
     source = f"{backend} answer from {url}"
     if len(body) > limit:
         raise UserError(f"{source}: larger than the {limit // 2**20} MiB an answer may have")
@@ -106,6 +125,37 @@ def http_get_json(url: str, backend: str, base_url: str, timeout: float) -> tupl
         if status != 200:
             return status, None
         raise
+
+
+def _exchange(url: str, timeout: float, limit: int, outcome: dict[str, Any]) -> None:
+    """One GET (run in a worker thread): sets ``status`` and ``body`` in `outcome`, or
+    ``error``. The body is read a chunk at a time, so closing ``response`` stops it."""
+    try:
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        try:
+            response = urllib.request.urlopen(request, timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            try:
+                outcome["status"], outcome["body"] = exc.code, exc.read(64 * 1024)
+            except (OSError, http.client.HTTPException):
+                outcome["status"], outcome["body"] = exc.code, b""
+            return
+        outcome["response"] = response
+        with response:
+            chunks: list[bytes] = []
+            size = 0
+            while size <= limit:
+                chunk = response.read1(min(1 << 20, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            expected = response.headers.get("Content-Length", "")
+            if expected.isdigit() and size < int(expected) and size <= limit:
+                raise http.client.IncompleteRead(b"", int(expected) - size)
+            outcome["status"], outcome["body"] = response.status, b"".join(chunks)
+    except BaseException as exc:  # handed to the calling thread
+        outcome["error"] = exc
 
 
 def error_message(payload: Any) -> str:
@@ -126,8 +176,12 @@ def _reason(reason: object) -> str:
         return "connection refused"
     if isinstance(reason, TimeoutError):
         return "timed out"
-    text = one_line(getattr(reason, "strerror", None) or reason)
-    return text or type(reason).__name__
+    if isinstance(reason, http.client.IncompleteRead):
+        more = reason.expected
+        return f"cut short, {more} more bytes were announced" if more else "cut short"
+    text = shorten(one_line(getattr(reason, "strerror", None) or reason), 80)
+    return f"{type(reason).__name__}: {text}" if isinstance(reason, http.client.HTTPException) \
+        else text or type(reason).__name__
 
 
 def read_user_file(path: str | Path, what: str) -> bytes:
