@@ -127,3 +127,17 @@ def test_strict_json_out_is_json_dumps_and_survives_depth() -> None:
     assert dumps(parse_json(text, "deep"), indent=2) == text  # (== on dicts would recurse)
     with pytest.raises(ValueError):
         dumps({"total": float("nan")})
+
+
+def test_a_gauge_too_large_for_the_reports_is_refused_with_the_true_reason() -> None:
+    """1e308 is finite: the message says what the limit is, not that the value is not finite."""
+    from otel_rl._internal.readers.semantics import check_tree
+    from otel_rl._internal.tree import Tree
+
+    doc = {"name": "root", "total": 1.0, "count": 1,
+           "gauges": {"loss": {"value": 1e308, "min": 0.0, "max": 1e308, "count": 2}}}  # fmt: skip
+    with pytest.raises(UserError, match="between ±1e\\+300") as caught:
+        check_tree(Tree.from_dict(doc))
+    assert "finite" not in str(caught.value)
+    doc["gauges"]["loss"].update(value=1e299, max=1e299)  # type: ignore[index]
+    check_tree(Tree.from_dict(doc))

@@ -27,12 +27,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+#: Largest magnitude of a gauge or GPU time: room for sums and means that stay finite.
+_LARGEST = 1e300
+
+
 def _finite_number(value: Any) -> bool:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
         and math.isfinite(value)
-        and abs(value) < 1e300
+        and abs(value) < _LARGEST
     )
 
 
@@ -55,7 +59,7 @@ def check_span(span: SpanData, where: str) -> None:
             raise _bad(where, span, key, "true or false", value)
     seconds = attributes.get(semconv.GPU_SECONDS)
     if seconds is not None and not (_finite_number(seconds) and seconds >= 0):
-        raise _bad(where, span, semconv.GPU_SECONDS, "a finite, non-negative number", seconds)
+        raise _bad(where, span, semconv.GPU_SECONDS, f"a non-negative number below {_LARGEST:g}", seconds)
     for key in (semconv.GPU_COUNT,):
         value = attributes.get(key)
         if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
@@ -65,7 +69,7 @@ def check_span(span: SpanData, where: str) -> None:
         raise _bad(where, span, semconv.COUNT, "a non-negative integer", count)
     gpu_seconds = attributes.get(semconv.GPU_SECONDS)
     if gpu_seconds is not None and not (_finite_number(gpu_seconds) and gpu_seconds >= 0):
-        raise _bad(where, span, semconv.GPU_SECONDS, "a finite, non-negative number", gpu_seconds)
+        raise _bad(where, span, semconv.GPU_SECONDS, f"a non-negative number below {_LARGEST:g}", gpu_seconds)
     gpu_count = attributes.get(semconv.GPU_COUNT)
     if gpu_count is not None and not (_is_int(gpu_count) and 0 <= gpu_count <= _MAX_COUNT):
         raise _bad(where, span, semconv.GPU_COUNT, "a non-negative integer", gpu_count)
@@ -77,7 +81,7 @@ def check_span(span: SpanData, where: str) -> None:
                 continue
             part = key.rpartition(".")[2]
             if part in _GAUGE_FIELDS and not _finite_number(value):
-                raise _bad(where, span, key, "a finite number", value)
+                raise _bad(where, span, key, f"a number between ±{_LARGEST:g}", value)
             if part == "count" and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
                 raise _bad(where, span, key, "a non-negative integer", value)
     resource = span.resource
@@ -146,7 +150,7 @@ def check_tree(tree: Tree) -> Tree:
     for name, gauge in tree.gauges.items():
         values = (gauge.value, gauge.min, gauge.max)
         if not all(_finite_number(v) for v in values):
-            raise UserError(f"root.gauges.{shown(name, 30)}: values must be finite numbers")
+            raise UserError(f"root.gauges.{shown(name, 30)}: values must be numbers between ±{_LARGEST:g}")
         if not (_is_int(gauge.count) and 0 <= gauge.count <= _MAX_COUNT):
             raise UserError(f"root.gauges.{shown(name, 30)}: 'count' is out of range")
     return tree
