@@ -10,15 +10,18 @@ never an internal error, never a wait without end.
 from __future__ import annotations
 
 import io
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 
 from otel_rl._internal.cli import main
+from tests.test_fuzz_cli import base_timers
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -110,3 +113,24 @@ def test_broken_http_from_a_backend_is_one_line_and_exit_5_within_the_timeout(
     assert len(lines) == 1 and len(lines[0]) <= 200 and lines[0].startswith("otel-rl tree: cannot reach")
     assert out.getvalue() == ""
     assert took < 1.5 * 2 + 2  # Tempo may ask twice (v2, then the older API)
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_a_collector_that_never_answers_costs_replay_twice_its_timeout_not_more(
+    server: _RawServer, tmp_path: Path, protocol: str
+) -> None:
+    """Each request is retried within twice ``--timeout`` in all: at the default 10 s a silent
+    collector is given up on in about 20 s, inside the 30 s a command may take (three full
+    timeouts and the waits between them took 32 s)."""
+    server.answer = lambda conn: time.sleep(8)  # reads the request, answers nothing
+    timers = tmp_path / "timers.json"
+    timers.write_text(json.dumps(base_timers()))
+    out, err = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["import", str(timers), "--endpoint", server.url, "--protocol", protocol,
+                     "--timeout", "0.6"])  # fmt: skip
+    took = time.monotonic() - started
+    assert code == 5, err.getvalue()
+    assert len(err.getvalue().splitlines()) == 1 and "could not send" in err.getvalue()
+    assert took < 2 * 0.6 + 1.0, took

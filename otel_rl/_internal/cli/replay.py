@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 import urllib.parse
 from collections.abc import Iterable
 
@@ -120,22 +121,35 @@ def send_all(transport: OtlpTransport, requests: Iterable[tuple[bytes, int]], wh
     transient failures a few times, splitting what is too large); then close. `requests` may
     be a stream when `total_spans` is given.
 
+    A request is tried for at most twice the transport's timeout in all (a collector that
+    never answers costs 2 x ``--timeout``, not three full timeouts and the waits between).
+
     Raises `UnavailableError` if nothing arrived and `IncompleteResultError` if only part did.
     """
     if total_spans is None:
         requests = list(requests)
         total_spans = sum(count for _request, count in requests)
     sent_spans = 0
+    retried: list[ExportError] = []
+    budget = 2 * transport.timeout_s
     delivery = Delivery(lambda: transport, max_attempts=_ATTEMPTS, backoff_s=_BACKOFF_S,
-                        max_retry_after_s=_MAX_RETRY_AFTER_S, max_bytes=GRPC_SPLIT_BYTES)
+                        max_retry_after_s=_MAX_RETRY_AFTER_S, max_bytes=GRPC_SPLIT_BYTES,
+                        on_retry=retried.append)
     try:
         for request, count in requests:
-            outcome = delivery.send(SerializedRequest(request, count))
+            retried.clear()
+            deadline = time.monotonic() + budget
+            outcome = delivery.send(SerializedRequest(request, count), deadline=deadline)
             sent_spans += outcome.sent
             if outcome.ok:
                 continue
             error = outcome.error
-            message = error.message if isinstance(error, ExportError) else one_line(error)
+            if isinstance(error, ExportError):
+                message = error.message
+            elif retried:  # the deadline passed while retrying: say what kept failing
+                message = f"{retried[-1].message} (gave up after {budget:g} s)"
+            else:
+                message = one_line(error) or type(error).__name__
             if sent_spans == 0:
                 raise UnavailableError(f"could not send {what}: {message}")
             raise IncompleteResultError(
