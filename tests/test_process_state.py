@@ -195,3 +195,32 @@ def test_the_recorders_switches_have_one_writer() -> None:
                for stmt in ast.walk(fn) if isinstance(stmt, ast.Global)
                and switches & set(stmt.names)}
     assert writers == {"arm", "disarm"}
+
+
+SIGTERM_AT_FORK = """
+import os, signal, sys, time
+# One CPU for this process and its children: a forked child does not run before the parent's
+# kill below, so the SIGTERM reaches it before CPython's after-fork code (which clears signals
+# tripped before it ran). That is how Pool.terminate() caught a worker the scheduler had not
+# run yet, and the worker stayed blocked on the task queue forever.
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+import otel_rl
+otel_rl.configure(output_dir=sys.argv[1])
+assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # otel_rl's flush handler
+children = []
+for _ in range(12):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(15)  # only if the SIGTERM was lost
+        os._exit(0)
+    os.kill(pid, signal.SIGTERM)
+    children.append(pid)
+print(sorted(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity")
+def test_sigterm_sent_to_a_child_just_forked_is_not_lost(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", SIGTERM_AT_FORK, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert json.loads(out) == [-15] * 12  # each child died of its SIGTERM, none slept it out

@@ -33,6 +33,7 @@ from typing import Any
 from otel_rl._internal import log, recorder, semconv
 from otel_rl._internal.recorder import TimerNode, hierarchical_timer
 from otel_rl._internal.shapes import Record
+from otel_rl._internal.threads import start_daemon
 
 #: Seconds a block's span waits for its GPU time (and shutdown for pending pairs).
 timeout = 10.0
@@ -283,9 +284,8 @@ def _ensure_thread() -> None:
         return
     with _lock:
         if _thread is None:
-            thread = threading.Thread(target=_loop, name="otel_rl-gpu", daemon=True)
-            thread.start()
-            _thread = thread
+            # Born with SIGTERM/SIGINT blocked, like otel_rl's other threads (`threads`).
+            _thread = start_daemon("otel_rl-gpu", _loop)
 
 
 def _loop() -> None:

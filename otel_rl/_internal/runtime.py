@@ -608,7 +608,8 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
         if not _fork_hook_registered:
             # Always, whatever `propagate` says: a forked child must never go on appending to
             # the parent's buffer, which nothing in the child drains.
-            os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                                after_in_child=_after_fork_in_child)
             _fork_hook_registered = True
         if settings.handle_sigterm and not settings.disabled:
             install_sigterm_flush()
@@ -723,6 +724,13 @@ def starting_process() -> Iterator[None]:
 
 
 def _before_fork() -> None:
+    # SIGTERM stays blocked in the forking thread until both sides have run their fork hooks.
+    # A Python-level SIGTERM handler (ours, `_on_sigterm`) is inherited by the child, and
+    # CPython's after-fork code clears signals that tripped before it ran (bpo-9535): a
+    # `Pool.terminate()` reaching a worker that the scheduler had not run yet was lost, the
+    # worker stayed blocked on the task queue and `terminate()` waited on it forever. Blocked,
+    # the SIGTERM stays pending in the kernel and is handled once the child unblocks it.
+    _fork.mask = _block_sigterm()
     _fork.carrier = None
     rt = active()
     if rt is None or not rt.settings.propagate or getattr(_fork, "starting_process", False):
@@ -733,7 +741,38 @@ def _before_fork() -> None:
         _fork.carrier = None
 
 
+def _block_sigterm() -> set[int | signal.Signals] | None:
+    """Block SIGTERM in this thread; the previous mask (None if it cannot be changed)."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+        return None
+
+
+def _restore_sigmask() -> None:
+    previous = getattr(_fork, "mask", None)
+    _fork.mask = None
+    if previous is not None:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        except (OSError, ValueError):
+            pass
+
+
+def _after_fork_in_parent() -> None:
+    _restore_sigmask()
+
+
 def _after_fork_in_child() -> None:
+    try:
+        _reset_in_child()
+    finally:
+        # Last: a SIGTERM sent meanwhile is handled now, by a child that no longer holds the
+        # parent's runtime (or by the worker it just became, which flushes first).
+        _restore_sigmask()
+
+
+def _reset_in_child() -> None:
     global _rt, _lock
     rt = _rt
     if rt is None or rt.closed:

@@ -18,15 +18,23 @@ TERMINATION_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
 def start_daemon(name: str, target: Callable[[], None]) -> threading.Thread:
-    """Start a daemon thread named `name` running `target` with termination signals blocked."""
+    """Start a daemon thread named `name` running `target` with termination signals blocked.
 
-    def run() -> None:
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, TERMINATION_SIGNALS)
-        except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
-            pass
-        target()
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
+    The signals are blocked in the starting thread around the start, so the new thread is
+    born with them blocked (a thread inherits its creator's mask). Blocking them from inside
+    the new thread came too late: a SIGTERM sent while the thread was being created (the
+    creator blocks every signal in there) stayed pending, and the new thread, unblocking
+    first, took it; its handler then waited for a main thread asleep on a queue lock
+    (`Pool.terminate()` hung joining such a worker, about one run in twenty under load).
+    """
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINATION_SIGNALS)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+        previous = None
+    try:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return thread
