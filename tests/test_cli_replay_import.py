@@ -281,6 +281,10 @@ def test_replay_says_when_only_part_of_the_file_arrived(
     ("args", "fragment"),
     [
         (["--header", "novalue"], "--header 'novalue': expected K=V"),
+        # gRPC's core would log its own multi-line complaint at send time for these.
+        (["--header", "a=b\r\nX: y"], "holds control characters"),
+        (["--header", "bad key=v"], "'bad key' is not a header name"),
+        (["--header", ":authority=x"], "':authority' is not a header name"),
         (["--timeout", "0"], "--timeout must be a positive number"),
         (["--protocol", "http/protobuf", "--endpoint", "127.0.0.1:4318"], "http:// or https://"),
     ],

@@ -106,11 +106,17 @@ def _parse_headers(text: str) -> dict[str, str]:
     characters (a CR/LF would be refused by every send, or split the request)."""
     headers = parse_key_values(text)
     for key, value in headers.items():
-        if not key or not set(key) <= _TOKEN:
-            raise ValueError(f"{key[:40]!r} is not a header name")
-        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
-            raise ValueError(f"the value of {key[:40]!r} holds control characters")
+        check_header(key, value)
     return headers
+
+
+def check_header(key: str, value: str) -> None:
+    """Raise ValueError unless `key` is an HTTP header name and `value` has no control
+    characters (what both HTTP and gRPC metadata can carry)."""
+    if not key or not set(key) <= _TOKEN:
+        raise ValueError(f"{key[:40]!r} is not a header name")
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+        raise ValueError(f"the value of {key[:40]!r} holds control characters")
 
 
 def _parse_index(text: str) -> int:

@@ -14,6 +14,7 @@ import time
 import urllib.parse
 from collections.abc import Iterable
 
+from otel_rl._internal.config import check_header
 from otel_rl._internal.errors import (
     IncompleteResultError,
     UnavailableError,
@@ -79,6 +80,10 @@ def make_transport(args: argparse.Namespace) -> OtlpTransport:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--header {shown(item)}: expected K=V")
+        try:
+            check_header(key.strip(), value.strip())
+        except ValueError as exc:
+            raise UsageError(f"--header {shown(item)}: {exc}") from None
         headers[key.strip()] = value.strip()
     _check_endpoint(args.endpoint)
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= 24 * 3600):
