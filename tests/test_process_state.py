@@ -224,3 +224,45 @@ def test_sigterm_sent_to_a_child_just_forked_is_not_lost(tmp_path: Path) -> None
     out = subprocess.run([sys.executable, "-c", SIGTERM_AT_FORK, str(tmp_path)],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert json.loads(out) == [-15] * 12  # each child died of its SIGTERM, none slept it out
+
+
+SIGTERM_WHILE_ASLEEP = """
+import multiprocessing as mp, json, signal, sys, threading, time
+import otel_rl
+from otel_rl.timers import hierarchical_timer
+
+def worker(lock):
+    with hierarchical_timer("worker_block"):
+        pass
+    def trip():
+        # SIGTERM's C handler runs on this thread while the main thread sleeps on the lock:
+        # Python marks the signal for the main thread, which nothing wakes. The same happens
+        # when it lands on the main thread just before it blocks (a pool worker's task queue).
+        time.sleep(0.5)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    threading.Thread(target=trip, daemon=True).start()
+    lock.acquire()  # held by the parent for good
+
+if __name__ == "__main__":
+    otel_rl.configure(output_dir=sys.argv[1], spans="all")
+    ctx = mp.get_context("fork")
+    lock = ctx.Lock()
+    lock.acquire()
+    with hierarchical_timer("start"):
+        p = ctx.Process(target=worker, args=(lock,))
+        p.start()
+        p.join(30)
+    if p.exitcode is None:
+        p.kill()
+    otel_rl.shutdown()
+    print(json.dumps(p.exitcode))
+"""
+
+
+def test_sigterm_marked_while_the_workers_main_thread_sleeps_still_flushes_and_ends_it(
+        tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", SIGTERM_WHILE_ASLEEP, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert json.loads(out) == -15
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["children"]["start"]["children"]["worker_block"]["count"] == 1

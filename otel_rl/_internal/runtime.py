@@ -51,6 +51,7 @@ from otel_rl._internal.shapes import (
 )
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
+from otel_rl._internal.threads import start_daemon
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.transport import OtlpTransport
@@ -710,6 +711,7 @@ def start_worker(handed_down: Mapping[str, str]) -> None:
     with _lock:
         _rt = None  # an inherited (forked) runtime belongs to the parent: drop it
         start(settings, ctx, auto=True)
+    _watch_sigterm()
 
 
 @contextmanager
@@ -773,7 +775,15 @@ def _after_fork_in_child() -> None:
 
 
 def _reset_in_child() -> None:
-    global _rt, _lock
+    global _rt, _lock, _sigterm_watch
+    if _sigterm_watch is not None:
+        # The wakeup socket and its watcher are the parent's: this child's signals must not
+        # reach them (the parent's watcher would take them for its own SIGTERM).
+        _sigterm_watch = None
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:
+            pass
     rt = _rt
     if rt is None or rt.closed:
         return
@@ -809,6 +819,8 @@ def install_sigterm_flush() -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    global _sigterm_started
+    _sigterm_started = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # repeats wait for the (bounded) flush
     rt = _rt
     if rt is not None and rt.closed and not rt.finished and rt.pid == os.getpid():
@@ -818,6 +830,64 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+#: Set when `_on_sigterm` starts; the wakeup socket pair `_watch_sigterm` reads, if any.
+_sigterm_started = False
+_sigterm_watch: tuple[socket.socket, socket.socket] | None = None
+
+
+def _watch_sigterm() -> None:
+    """In a worker whose SIGTERM handler is `_on_sigterm`: make sure the handler runs.
+
+    Python runs a signal's handler in the main thread at its next bytecode; the C handler only
+    marks it. When the signal lands on the main thread just before it blocks in a call that no
+    signal wakes (a pool worker going back to ``SemLock.acquire`` on its task queue), the mark
+    is never acted on and `Pool.terminate()` waits for that worker forever (seen with gdb:
+    SIGTERM marked, main thread in sem_wait). A watcher thread reads the signal numbers
+    CPython writes to the wakeup fd; if the handler has not started half a second after a
+    SIGTERM, it sends the main thread another one, which interrupts the blocking call. Not
+    done when the program already uses the wakeup fd (asyncio) or handles SIGTERM itself.
+    """
+    global _sigterm_watch
+    if (_sigterm_watch is not None or signal.getsignal(signal.SIGTERM) is not _on_sigterm
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    try:
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except (OSError, ValueError):
+        return
+    if previous != -1:  # the program's: leave it
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
+        return
+    _sigterm_watch = (reader, writer)
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def watch() -> None:
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data or _sigterm_watch is None:
+                return
+            if signal.SIGTERM not in data:
+                continue
+            for _ in range(20):
+                time.sleep(0.5)
+                if _sigterm_started:
+                    break
+                try:
+                    signal.pthread_kill(main, signal.SIGTERM)
+                except (OSError, ValueError):
+                    return
+
+    start_daemon("otel_rl-sigterm", watch)
 
 
 def reset_for_tests() -> None:
