@@ -156,3 +156,26 @@ def test_good_endpoints_headers_and_indices_still_parse() -> None:
     assert by_name["headers"].parse("Authorization=Bearer%20x,x-tenant=a") == {
         "Authorization": "Bearer x", "x-tenant": "a"}  # fmt: skip
     assert by_name["worker_index"].parse(" 7 ") == 7
+
+
+def test_huge_intervals_and_counts_are_refused_where_read_not_in_the_exporters_thread(
+    tmp_path: Path,
+) -> None:
+    """A flush interval of 1e20 s overflowed the OS timer inside the exporter's thread (a
+    traceback in the middle of training); now it is a malformed value like any other."""
+    program = tmp_path / "prog.py"
+    program.write_text("import otel_rl.timers as t\nwith t.hierarchical_timer('a'):\n    pass\n"
+                       "print('PROGRAM-OK')\n")  # fmt: skip
+    huge = {"OTEL_RL_FLUSH_INTERVAL": "1e20", "OTEL_BSP_SCHEDULE_DELAY": "9" * 25,
+            "OTEL_RL_MAX_BUFFER": "9" * 25, "OTEL_RL_SHUTDOWN_TIMEOUT": "1e300"}  # fmt: skip
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_rl", "run", "--output", str(tmp_path / "out"), "--",
+         sys.executable, str(program)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**clean, **huge, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0 and "PROGRAM-OK" in done.stdout, done.stderr
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
+    for name in huge:
+        assert sum(f"ignoring {name}=" in line for line in done.stderr.splitlines()) == 1, name

@@ -47,17 +47,24 @@ def _parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+#: Largest count and number of seconds a setting may have. Far past any real use; what is
+#: larger fails later where it is used (a wait of 1e20 s overflows the OS timer: a traceback in
+#: the exporter's thread), so it is refused where it is read.
+MAX_COUNT = 10**12
+MAX_SECONDS = 1e9
+
+
 def _parse_positive_int(text: str) -> int:
     value = int(text.strip())
-    if value <= 0:
-        raise ValueError(f"expected a positive integer, got {text!r}")
+    if not 0 < value <= MAX_COUNT:
+        raise ValueError(f"expected a positive integer up to {MAX_COUNT:.0e}, got {text[:40]!r}")
     return value
 
 
 def _parse_positive_float(text: str) -> float:
     value = float(text.strip())
-    if not 0 < value < float("inf"):  # NaN and infinity too: a wait of "inf" never ends
-        raise ValueError(f"expected a positive number, got {text!r}")
+    if not 0 < value <= MAX_SECONDS:  # NaN and infinity too: a wait of "inf" never ends
+        raise ValueError(f"expected a positive number up to {MAX_SECONDS:.0e}, got {text[:40]!r}")
     return value
 
 
@@ -176,8 +183,9 @@ def _check_choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
 
 def _check_positive(kind: type) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"expected a positive number, got {value!r}")
+        limit = MAX_COUNT if kind is int else MAX_SECONDS
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= limit:
+            raise ValueError(f"expected a positive number up to {limit:.0e}, got {value!r}")
         return kind(value)
 
     return check
