@@ -880,8 +880,8 @@ def _watch_sigterm() -> None:
                 continue
             for _ in range(20):
                 time.sleep(0.5)
-                if _sigterm_started:
-                    break
+                if _sigterm_started or signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+                    break  # handled, or the program has put its own handler in since
                 try:
                     signal.pthread_kill(main, signal.SIGTERM)
                 except (OSError, ValueError):
