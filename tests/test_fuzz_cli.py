@@ -554,7 +554,8 @@ def gen_options(rng: random.Random) -> Iterator[Case]:
         ["demo", "--seed", "-1"], ["demo", "--run-id", ".."], ["demo", "--run-id", ""],
         ["demo", "--run-id", "a/b"], ["demo", "--checkpoint-interval", "0"], ["demo", "--workers", "x"],
         ["demo", "--spans", "some"], ["demo", "--run-id", "x" * 300], ["run"],
-        ["run", "--", "no-such-command-xyz"],
+        ["run", "--", "no-such-command-xyz"], ["run", "--output", GOOD, "--", "true"],
+        ["run", "--output", "/dev/null", "--", "true"],
     ]  # fmt: skip
     for argv in argvs:
         yield Case("bad options", " ".join(argv), [argv], special="outputs")

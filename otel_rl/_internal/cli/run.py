@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from otel_rl._internal.config import SPAN_POLICIES
-from otel_rl._internal.errors import UnavailableError, UsageError, one_line
+from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
 
 _USAGE = "usage: otel-rl run [options] -- COMMAND [ARGS...]"
@@ -69,6 +69,9 @@ def child_environment(args: argparse.Namespace, environ: dict[str, str]) -> dict
     if args.output is not None:
         if not args.output.strip():
             raise UsageError("--output must not be empty")
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            # The program would run with nowhere to write timers.json and its spans.
+            raise UsageError(f"--output {shown(args.output, 100)}: is not a folder")
         # Absolute, so processes that change directory still write to the same folder.
         env["OTEL_RL_OUTPUT_DIR"] = os.path.abspath(args.output)
     if args.spans is not None:
