@@ -141,3 +141,12 @@ def test_a_gauge_too_large_for_the_reports_is_refused_with_the_true_reason() -> 
     assert "finite" not in str(caught.value)
     doc["gauges"]["loss"].update(value=1e299, max=1e299)  # type: ignore[index]
     check_tree(Tree.from_dict(doc))
+
+
+def test_iter_lines_drops_blank_lines_and_keeps_the_numbers() -> None:
+    import io
+
+    data = b"\n \n" + b'{"a": 1}\n' + b"\t\r\n" * 3 + b'{"b": 2}'
+    lines = list(boundary.iter_lines(io.BytesIO(data), "f"))
+    assert lines == [(3, b'{"a": 1}\n'), (7, b'{"b": 2}')]
+    assert list(boundary.iter_lines(io.BytesIO(b"\n" * 100_000), "f")) == []

@@ -184,9 +184,11 @@ def gunzip_if_needed(raw: bytes, source: str, limits: Limits = DEFAULT_LIMITS) -
 def iter_lines(
     stream: IO[bytes], source: str, limits: Limits = DEFAULT_LIMITS
 ) -> Iterator[tuple[int, bytes]]:
-    """``(line number, line)`` for each line of `stream`, newline kept; a line longer than
-    `Limits.max_document_bytes` is refused. Only ``\\n`` ends a line (JSON text may hold
-    U+2028 and other characters that `str.splitlines` would split on)."""
+    """``(line number, line)`` for each line of `stream` that is not blank, newline kept; a
+    line longer than `Limits.max_document_bytes` is refused. Only ``\\n`` ends a line (JSON
+    text may hold U+2028 and other characters that `str.splitlines` would split on). Blank
+    lines carry nothing and are dropped here, cheaply: a file of 30 million empty lines took
+    the streamed readers over 30 s when each was handed on."""
     total = 0
     number = 0
     while True:
@@ -205,6 +207,8 @@ def iter_lines(
         total += len(line)
         if total > limits.max_file_bytes:
             raise UserError(f"{source}: more than the {_size(limits.max_file_bytes)} a file may have")
+        if line.isspace():
+            continue
         yield number, line
 
 
