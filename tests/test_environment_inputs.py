@@ -179,3 +179,18 @@ def test_huge_intervals_and_counts_are_refused_where_read_not_in_the_exporters_t
     assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
     for name in huge:
         assert sum(f"ignoring {name}=" in line for line in done.stderr.splitlines()) == 1, name
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["[" * 60_000 + "]" * 60_000, '{"pid": 1e999}', '{"relay": 5}', '{"budget": "x"}',
+     '{"role": [1]}', '{"index": true}', '{"offset": "0"}', '{"run": ["zz", "1"]}'],
+)  # fmt: skip
+def test_a_hostile_otel_rl_context_is_ignored_not_raised(extra: str) -> None:
+    """OTEL_RL_CONTEXT nested 60,000 deep (a RecursionError: `otel-rl demo` ended with an
+    internal error before training), a number out of range, fields of the wrong types: the
+    otel_rl part is ignored with one warning and the traceparent is still continued."""
+    from otel_rl._internal import carrier
+
+    ctx = carrier.parse({"traceparent": f"00-{TRACE}-{PARENT}-01", "otel_rl": extra})
+    assert ctx is not None and ctx.external and ctx.trace_id == int(TRACE, 16)

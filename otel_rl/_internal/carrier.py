@@ -110,8 +110,14 @@ def parse(carrier: Mapping[str, str]) -> Context | None:
             settings = data.get("settings") or {}
             if not isinstance(settings, dict):
                 raise TypeError("settings")
+            for value, kinds in ((ctx.relay, str), (ctx.run_id, str), (ctx.role, str),
+                                 (ctx.offset_ns, int), (ctx.budget, int), (ctx.index, int)):
+                if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+                    raise TypeError("a field of the wrong type")
             ctx.settings = {str(k): v for k, v in settings.items() if v is not None}
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
+            # RecursionError: JSON nested deeper than the parser recurses; OverflowError: a
+            # number such as 1e999 where an integer belongs.
             log.warning("otel_rl: ignoring a malformed otel_rl context carrier (OTEL_RL_CONTEXT)")
             ctx = Context(*parent)
             ctx.external = True  # what is left is a plain traceparent
