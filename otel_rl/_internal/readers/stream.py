@@ -51,8 +51,12 @@ def _open(path: str | Path, limits: Limits) -> IO[bytes]:
     return handle
 
 
-def _is_lines(path: str | Path, limits: Limits) -> bool:
-    """Whether the file is one request per line (else one document over many lines)."""
+_NOT_JSON = object()
+
+
+def _first_document(path: str | Path, limits: Limits) -> object:
+    """The first non-blank line of `path` parsed as JSON; `_NOT_JSON` when that line is not a
+    whole JSON document (a document over many lines), None for a file of blank lines."""
     source = describe_path(path)
     with _open(path, limits) as handle:
         for _number, raw in iter_lines(handle, source, limits):
@@ -60,28 +64,22 @@ def _is_lines(path: str | Path, limits: Limits) -> bool:
             if not text:
                 continue
             try:
-                parse_json(text, source, limits)
+                return parse_json(text, source, limits)
             except UserError:
-                return False
-            return True
-    return True
+                return _NOT_JSON
+    return None
+
+
+def _is_lines(path: str | Path, limits: Limits) -> bool:
+    """Whether the file is one request per line (else one document over many lines)."""
+    return _first_document(path, limits) is not _NOT_JSON
 
 
 def is_spans_lines(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> bool:
     """Whether `path` is a spans file of one export request per line (its first line is a
     whole JSON object with ``resourceSpans``), the shape `iter_spans` streams."""
-    source = describe_path(path)
-    with _open(path, limits) as handle:
-        for _number, raw in iter_lines(handle, source, limits):
-            text = raw.decode("utf-8-sig", "replace").strip()
-            if not text:
-                continue
-            try:
-                doc = parse_json(text, source, limits)
-            except UserError:
-                return False
-            return isinstance(doc, dict) and ("resourceSpans" in doc or "resource_spans" in doc)
-    return False
+    doc = _first_document(path, limits)
+    return isinstance(doc, dict) and ("resourceSpans" in doc or "resource_spans" in doc)
 
 
 class SpanSample(list[SpanData]):
