@@ -148,6 +148,23 @@ def node_at(tree: dict[str, Any], *path: str) -> dict[str, Any]:
     return node
 
 
+def assert_tree_from_spans_equals_timers_json(venv: Venv, out: Path, root: Path) -> None:
+    """`otel-rl tree` on the run's spans file gives back its timers.json: every node's count,
+    is_parallel, total and self (to 1e-9 s), and the workers list."""
+    rebuilt = root / "rebuilt.json"
+    done = venv.run(venv.bin / "otel-rl", "tree", out / "spans.otlp.jsonl", "-o", rebuilt,
+                    cwd=root)
+    assert done.returncode == 0, done.stderr
+    tree, again = load(out / "timers.json"), load(rebuilt)
+    assert counts(again) == counts(tree)
+    for path, node in walk(tree):
+        other = node_at(again, *path)
+        for key in ("total", "self"):
+            assert abs(other[key] - node[key]) <= 1e-9, (path, key, other[key], node[key])
+    assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
+        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+
+
 def load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 

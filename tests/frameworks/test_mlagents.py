@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks.conftest import Venv, counts, load, node_at, shape, span_lines, walk
+from tests.frameworks.conftest import (
+    Venv,
+    assert_tree_from_spans_equals_timers_json,
+    counts,
+    load,
+    node_at,
+    shape,
+    span_lines,
+    walk,
+)
 
 TRAIN = Path(__file__).with_name("mlagents_train.py")
 STEPS = 4000
@@ -118,14 +127,7 @@ def test_every_process_is_in_the_run_under_the_programs_name(runs: Runs) -> None
 
 
 def test_tree_from_the_spans_file_equals_timers_json(runs: Runs) -> None:
-    rebuilt = runs.root / "rebuilt.json"
-    done = runs.venv.run(runs.venv.bin / "otel-rl", "tree", runs.out / "spans.otlp.jsonl",
-                         "-o", rebuilt, cwd=runs.root)
-    assert done.returncode == 0, done.stderr
-    tree, again = load(runs.out / "timers.json"), load(rebuilt)
-    assert counts(again) == counts(tree)
-    assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
-        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+    assert_tree_from_spans_equals_timers_json(runs.venv, runs.out, runs.root)
 
 
 def test_otel_rl_run_writes_the_html_report(runs: Runs) -> None:

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks.conftest import Venv, counts, load, node_at, span_lines
+from tests.frameworks.conftest import (
+    Venv,
+    assert_tree_from_spans_equals_timers_json,
+    load,
+    node_at,
+    span_lines,
+)
 
 STEPS = 40000
 COMMAND = ["-m", "sf_examples.train_gym_env", "--env=CartPole-v1", "--algo=APPO",
@@ -149,14 +155,7 @@ def test_every_process_is_in_the_run_under_the_programs_name(runs: Runs) -> None
 
 
 def test_tree_from_the_spans_file_equals_timers_json(runs: Runs) -> None:
-    rebuilt = runs.root / "rebuilt.json"
-    done = runs.venv.run(runs.venv.bin / "otel-rl", "tree", runs.out / "spans.otlp.jsonl",
-                         "-o", rebuilt, cwd=runs.root)
-    assert done.returncode == 0, done.stderr
-    tree, again = load(runs.out / "timers.json"), load(rebuilt)
-    assert counts(again) == counts(tree)
-    assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
-        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+    assert_tree_from_spans_equals_timers_json(runs.venv, runs.out, runs.root)
 
 
 def test_otel_rl_run_writes_the_html_report(runs: Runs) -> None:
