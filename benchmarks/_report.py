@@ -1,10 +1,40 @@
-"""The common ending of a benchmark script: print the tables, save the results, exit code."""
+"""The common ending of a benchmark script: print the tables, save the results, exit code;
+and the module a benchmark compares against, as it was at an earlier revision."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import tempfile
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def module_at_revision(rev: str, path: str, name: str) -> ModuleType | None:
+    """The module at `path` (relative to the repository) as of git revision `rev`, loaded under
+    `name`; None if git cannot give it or it does not import on its own."""
+    try:
+        source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source.stdout)
+    try:
+        spec = importlib.util.spec_from_file_location(name, f.name)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError:
+        return None
+    finally:
+        os.unlink(f.name)
+    return module
 
 
 def failures(results: dict[str, Any]) -> list[str]:

@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +48,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from _report import failed_checks_lines, finish  # noqa: E402
+from _report import failed_checks_lines, finish, module_at_revision  # noqa: E402
 
 from otel_rl._internal import gpu, recorder  # noqa: E402
 
@@ -58,20 +56,7 @@ Timer = Callable[..., Any]
 
 
 def _load_baseline(rev: str) -> ModuleType | None:
-    """otel_rl's recorder module at `rev` (it imports nothing from otel_rl), or None."""
-    try:
-        source = subprocess.run(["git", "show", f"{rev}:otel_rl/_internal/recorder.py"],
-                                cwd=ROOT, capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(source.stdout)
-    spec = importlib.util.spec_from_file_location("otel_rl_baseline_recorder", f.name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    os.unlink(f.name)
-    return module
+    return module_at_revision(rev, "otel_rl/_internal/recorder.py", "otel_rl_baseline_recorder")
 
 
 class _NullEvent:

@@ -19,15 +19,12 @@ Exits 1 if a check fails (a variant read a different number of spans).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -38,7 +35,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from _report import failed_checks_lines, finish  # noqa: E402
+from _report import failed_checks_lines, finish, module_at_revision  # noqa: E402
 
 from otel_rl._internal import semconv  # noqa: E402
 from otel_rl._internal.otlp.requests import request_to_json_line  # noqa: E402
@@ -52,26 +49,7 @@ SPANS_PER_LINE = 1000
 
 
 def _load_baseline(rev: str) -> ModuleType | None:
-    """The OTLP/JSON reader module at `rev`, or None if it cannot be had."""
-    try:
-        source = subprocess.run(
-            ["git", "show", f"{rev}:otel_rl/_internal/readers/otlp_json.py"],
-            cwd=ROOT, capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(source.stdout)
-    spec = importlib.util.spec_from_file_location("otel_rl_baseline_otlp_json", f.name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except ImportError:
-        return None
-    finally:
-        os.unlink(f.name)
-    return module
+    return module_at_revision(rev, "otel_rl/_internal/readers/otlp_json.py", "otel_rl_baseline_otlp_json")
 
 
 def make_lines(n_spans: int) -> list[str]:
