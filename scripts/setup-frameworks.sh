@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the virtual environments of the real frameworks the end-to-end tests train with, in a
 # cache outside the clone keyed by the pinned versions; fast when they are already there.
-#   bash scripts/setup-frameworks.sh [sf|mlagents|otel-oldest|otel-newest ...]   (default: all)
+#   bash scripts/setup-frameworks.sh [sf|mlagents|ray|otel-oldest|otel-newest ...]   (default: all)
 # Prints one line per venv: "<name> <path to its python>".
 #
 # Each venv holds the framework exactly as its users install it (torch from PyPI runs on CPU
@@ -18,6 +18,7 @@ PYVER="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 TORCH=2.5.1
 SF=2.1.1
 MLAGENTS=1.1.0
+RAY=2.60.0
 OTEL_OLDEST=1.25.0
 PROTOBUF_OLDEST=3.20.3
 OTEL_NEWEST=1.45.2
@@ -52,6 +53,15 @@ check_mlagents() {
     "$1/bin/python" -W ignore -c "
 import google.protobuf, numpy, mlagents.trainers.learn
 assert google.protobuf.__version__ == '3.20.3' and numpy.__version__ == '1.23.5'" 2>/dev/null
+}
+
+build_ray() {
+    # RLlib 2.60 wants gymnasium 1.x, Sample Factory gymnasium<1.0: each framework its own venv.
+    pip_in "$1" "ray[rllib]==$RAY" "torch==$TORCH"
+}
+
+check_ray() {
+    "$1/bin/python" -W ignore -c "import torch, ray, ray.rllib.algorithms.ppo" 2>/dev/null
 }
 
 build_otel_oldest() {
@@ -91,14 +101,15 @@ ensure() {  # ensure <name> <key>
 }
 
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(sf mlagents otel-oldest otel-newest)
+[[ ${#targets[@]} -gt 0 ]] || targets=(sf mlagents ray otel-oldest otel-newest)
 for target in "${targets[@]}"; do
     case "$target" in
         sf) ensure sf "sf-$SF-torch-$TORCH-py$PYVER" ;;
         mlagents) ensure mlagents "mlagents-$MLAGENTS-torch-$TORCH-py$PYVER" ;;
+        ray) ensure ray "ray-$RAY-torch-$TORCH-py$PYVER" ;;
         otel-oldest) ensure otel_oldest "otel-$OTEL_OLDEST-protobuf-$PROTOBUF_OLDEST-py$PYVER" ;;
         otel-newest) ensure otel_newest "otel-$OTEL_NEWEST-protobuf-$PROTOBUF_NEWEST-py$PYVER" ;;
-        *) echo "setup-frameworks: unknown target '$target' (sf, mlagents, otel-oldest, otel-newest)" >&2
+        *) echo "setup-frameworks: unknown target '$target' (sf, mlagents, ray, otel-oldest, otel-newest)" >&2
            exit 2 ;;
     esac
 done

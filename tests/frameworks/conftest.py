@@ -71,7 +71,7 @@ def _unavailable(reason: str) -> None:
 
 
 def framework_venv(target: str, tmp_root: Path) -> Venv:
-    """The venv of `target` (sf, mlagents, otel-oldest, otel-newest) with this checkout's
+    """The venv of `target` (sf, mlagents, ray, otel-oldest, otel-newest) with this checkout's
     otel_rl freshly installed by a plain ``pip install``."""
     if target in _built:
         return _built[target]
