@@ -33,6 +33,10 @@ fi
 echo "== Jaeger v2 (built from the Go module proxy, cached in ~/.cache/otel-rl)"
 bash scripts/build-jaeger.sh
 
+echo "== Prometheus (built from the Go module proxy, cached in ~/.cache/otel-rl)"
+bash scripts/build-prometheus.sh
+OTEL_RL_PROMETHEUS_CMD=promtool bash scripts/build-prometheus.sh
+
 echo "== ruff"
 "$PY" -m ruff check otel_rl tests benchmarks
 echo "== mypy (strict on otel_rl/)"

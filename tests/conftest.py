@@ -5,6 +5,7 @@ from __future__ import annotations
 pytest_plugins = [
     "tests.fixtures.otlp_receiver",
     "tests.fixtures.jaeger",
+    "tests.fixtures.prometheus",
     "tests.fixtures.chromium",
     "tests.fixtures.anchors",
 ]

@@ -319,6 +319,28 @@ TABLE: tuple[_Setting, ...] = (
     _Setting("gpu_timeout", ("OTEL_RL_GPU_TIMEOUT",), _parse_positive_float, 10.0,
              "seconds a GPU-timed block's span waits for its GPU time before it is exported "
              "marked otel_rl.gpu.timed_out", _check_positive(float), carried=True),
+    _Setting("metrics", ("OTEL_RL_METRICS",), _parse_bool, None,
+             "export block-duration histograms, gauges and training scalars as OTLP metrics "
+             "(default: on when an endpoint is set)", _check_bool, carried=True),
+    _Setting("metrics_endpoint", ("OTEL_RL_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+             _parse_endpoint, None, "OTLP metrics endpoint, used as is (default: the span "
+             "endpoint with /v1/metrics)", _check_optional_str, carried=True),
+    _Setting("metrics_protocol", ("OTEL_RL_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
+             _parse_choice(PROTOCOLS), None, "grpc or http/protobuf for metrics (default: "
+             "the span protocol)", _check_choice(PROTOCOLS), carried=True),
+    _Setting("metrics_headers", ("OTEL_RL_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"),
+             _parse_headers, None, "request headers for metrics (default: the span headers)",
+             _check_mapping),
+    _Setting("metrics_compression", ("OTEL_RL_METRICS_COMPRESSION",
+                                     "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION"),
+             _parse_choice(COMPRESSIONS), None, "gzip or none for metrics (default: the span "
+             "compression)", _check_compression, carried=True),
+    _Setting("metrics_timeout", ("OTEL_RL_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"),
+             _parse_millis, None, "seconds per metrics request (default: the span timeout)",
+             _check_positive(float), carried=True),
+    _Setting("metrics_interval", ("OTEL_RL_METRICS_INTERVAL",), _parse_positive_float, 10.0,
+             "seconds between metrics exports (cumulative: a lost export costs resolution only)",
+             _check_positive(float), carried=True),
     _Setting("worker_role", ("OTEL_RL_WORKER_ROLE",), _parse_nonempty, None,
              "role of this process when it is a worker", _check_optional_str),
     _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), _parse_index, None,
@@ -383,6 +405,13 @@ class Settings:
     gpu_timeout: float
     propagate: bool
     inherit_context: bool
+    metrics: bool | None
+    metrics_endpoint: str | None
+    metrics_protocol: Protocol | None
+    metrics_headers: dict[str, str] | None
+    metrics_compression: Compression | None
+    metrics_timeout: float | None
+    metrics_interval: float
     worker_role: str | None
     worker_index: int | None
     exporters: tuple[SpanExporter, ...]
@@ -469,5 +498,7 @@ def resolve(arguments: Mapping[str, object], environ: Mapping[str, str] | None =
         settings.run_id = new_run_id()
     if settings.endpoint is not None and settings.endpoint.lower() in ("none", "off"):
         settings.endpoint = None
+    if settings.metrics_endpoint is not None and settings.metrics_endpoint.lower() in ("none", "off"):
+        settings.metrics_endpoint = None
     return settings
 

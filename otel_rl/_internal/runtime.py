@@ -142,6 +142,12 @@ class Runtime:
         if self.spans_on and settings.spans == "auto" and self.relay_client is None:
             self.windower = self._windower()
             self.pipeline.transform = self._windowed
+        self.metrics: Any = None
+        if (not settings.disabled and self.relay_client is None and settings.metrics is not False
+                and (settings.endpoint or settings.metrics_endpoint)):
+            from otel_rl._internal import metrics  # OTLP metrics (see `metrics`)
+
+            self.metrics = metrics.attach(self)
 
     def _windowed(self, batches: list[Batch], final: bool) -> list[Batch]:
         """The windows' verdict on drained batches; if the windower fails (a bug), the
@@ -362,6 +368,7 @@ class Runtime:
                 # threads hang.
                 "open": self._own_open(),
                 "bases": sorted({st.base.span_id for st in stacks if st.base is not None}),
+                "scalars": _scalars(),
                 "children": children}
 
     def _on_flush(self, deadline: float) -> None:
@@ -557,6 +564,12 @@ class Runtime:
             total = sum(dropped.values())
             reasons = "; ".join(f"{reason}: {n}" for reason, n in dropped.items())
             log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
+
+
+def _scalars() -> list[list[Any]]:
+    """Training scalars the zero-code hooks recorded here, for the parent's metrics."""
+    metrics = sys.modules.get("otel_rl._internal.metrics")
+    return [] if metrics is None else metrics.scalar_state()  # type: ignore[no-any-return]
 
 
 def _main_role(rt: Runtime) -> tuple[str, str, int] | None:

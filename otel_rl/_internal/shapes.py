@@ -114,6 +114,8 @@ class Snapshot(TypedDict, total=False):
     #: start ns, thread id], and the span ids this process's threads hang under.
     open: list[list[object]]
     bases: list[int]
+    #: Training scalars (`metrics.record_scalar`): [category, tag, value, step, time ns].
+    scalars: list[list[object]]
     children: list[Snapshot]
 
 

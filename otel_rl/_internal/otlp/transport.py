@@ -48,6 +48,10 @@ Protocol = Literal["grpc", "http/protobuf"]
 GRPC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 _GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+#: The gRPC method and HTTP path of each signal otel_rl sends.
+_GRPC_METHODS = {"traces": _GRPC_METHOD,
+                 "metrics": "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"}
+Signal = Literal["traces", "metrics"]
 _USER_AGENT = "otel-rl-otlp"
 #: HTTP statuses the OTLP specification calls retryable.
 _RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
@@ -94,6 +98,7 @@ class OtlpTransport:
         client_key_file: str | None = None,
         client_certificate_file: str | None = None,
         traces_endpoint_is_full: bool = False,
+        signal: Signal = "traces",
     ) -> None:
         if protocol not in ("grpc", "http/protobuf"):
             raise ValueError(f"protocol must be 'grpc' or 'http/protobuf', not {protocol!r}")
@@ -108,6 +113,7 @@ class OtlpTransport:
         self.compression = compression
         self.timeout_s = float(timeout_s)
         self.rejected_spans = 0
+        self.signal: Signal = signal
         self._tls = _TlsFiles(certificate_file, client_key_file, client_certificate_file)
         self._lock = threading.Lock()
         self._backend: _GrpcBackend | _HttpBackend
@@ -123,7 +129,7 @@ class OtlpTransport:
         """Deliver one serialised ``ExportTraceServiceRequest``; raise `ExportError` if not."""
         with self._lock:
             response = self._backend.send(request)
-        if response:
+        if response and self.signal == "traces":
             self._note_partial_success(response)
 
     def close(self) -> None:
@@ -224,7 +230,7 @@ class _GrpcBackend:
         else:
             self._channel = grpc.insecure_channel(self._target, options=options)
         # No serialisers: bytes go out and come back as they are.
-        self._call = self._channel.unary_unary(_GRPC_METHOD)
+        self._call = self._channel.unary_unary(_GRPC_METHODS[self._owner.signal])
         return self._call
 
     def send(self, request: bytes) -> bytes:
@@ -309,7 +315,7 @@ class _HttpBackend:
             raise ValueError(f"OTLP/HTTP endpoint must be an http:// or https:// URL: {endpoint!r}")
         path = parts.path
         if not full:
-            path = path.rstrip("/") + "/v1/traces"
+            path = path.rstrip("/") + f"/v1/{owner.signal}"
         path = path or "/"
         if parts.query:
             path += "?" + parts.query

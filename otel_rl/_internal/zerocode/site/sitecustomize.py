@@ -104,6 +104,12 @@ def _start() -> None:
             install()
         except Exception as exc:
             _warn("cannot serve otel_rl's timers", exc)
+        try:
+            from otel_rl._internal.zerocode.scalars import install as record_scalars
+
+            record_scalars()  # TensorBoard / ML-Agents stats as metrics (files unchanged)
+        except Exception as exc:
+            _warn("cannot record training scalars", exc)
     _chain()
     if have_otel_rl:
         try:

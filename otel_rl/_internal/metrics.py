@@ -1,0 +1,451 @@
+"""Block timings, gauges and training scalars as OTLP metrics, from the exporting process.
+
+Nothing here runs on the hot path. Block durations come from the span records the recorder
+already makes: the pipeline's flush thread hands every drained batch (this process's records
+and its relaying workers', which arrive over the relay) to `Metrics.observe` before the `auto`
+windows decide what to export, so the histograms count every block of every process while
+spans are sampled. Exemplars are taken from what the windows *did* export (ids re-mapped into
+a kept window's trace), so each one resolves to a span the trace backend holds.
+
+Gauges (`set_gauge`) and the training scalars the zero-code hooks record (`record_scalar`:
+TensorBoard's ``add_scalar``, ML-Agents' StatsReporter) travel from workers in their snapshot
+frames. Everything is cumulative since the run started and exported every `metrics_interval`
+by this one process, with its resource: no OTel SDK ``MeterProvider`` in any process (the SDK's
+metrics break under fork), and a lost export costs resolution only.
+
+Labels are bounded: block name, role (the worker role, ``main`` for the run's own process),
+gauge/scalar name and the scalar's category; never a step, pid or span id. The per-worker
+seconds counter adds the worker index (bounded by the number of workers).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from otel_rl._internal import semconv
+from otel_rl._internal.otlp.metrics import (
+    Exemplar,
+    HistogramPoint,
+    Metric,
+    NumberPoint,
+    encode_metrics,
+)
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.shapes import Attributes
+from otel_rl._internal.sinks.base import Stats
+
+__all__ = ["BOUNDS", "Metrics", "record_scalar", "scalar_state"]
+
+#: Bucket upper bounds in seconds: 1, 2.5 and 5 per decade from 1 µs to 500 s, then 1000 s, so
+#: `histogram_quantile` interpolates within a factor of 2.5 for blocks of microseconds to
+#: minutes (the SDK's default buckets are milliseconds-scale: every block would land in the
+#: first one).
+BOUNDS: tuple[float, ...] = (
+    *(round(m * 10.0 ** e, 12) for e in range(-6, 3) for m in (1.0, 2.5, 5.0)), 1000.0)
+
+BLOCK_DURATION = "otel_rl.block.duration"
+BLOCK_SECONDS = "otel_rl.block.seconds"
+GAUGE = "otel_rl.gauge"
+SCALAR = "otel_rl.scalar"
+SCALAR_STEP = "otel_rl.scalar.step"
+ENV_STEPS = "otel_rl.env.steps"
+DROPPED = "otel_rl.spans.dropped"
+MAIN_ROLE = "main"
+
+#: Record attributes that mark a span that is not a timed block's own run.
+_NOT_BLOCKS = (semconv.KIND, semconv.CUT_SHORT, semconv.CONTINUATION, semconv.COMPONENT)
+
+
+def _is_block(extra: Any) -> bool:
+    if extra is None:
+        return True
+    attrs = extra.get("attrs")
+    return not attrs or not any(key in attrs for key in _NOT_BLOCKS)
+
+
+def _index(resource: Attributes) -> int:
+    value = resource.get(semconv.WORKER_INDEX)
+    return value if isinstance(value, int) else 0
+
+
+class _Hist:
+    """One (block, role, worker index) stream: bucket counts, sum, min, max, and the slowest
+    exported span seen since the last export (the exemplar)."""
+
+    __slots__ = ("counts", "exemplar", "max", "min", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BOUNDS) + 1)
+        self.sum = 0.0
+        self.min = float("inf")
+        self.max = 0.0
+        self.exemplar: Exemplar | None = None
+
+
+# --- training scalars, per process (set by the zero-code hooks) --------------------------------
+_scalars: dict[tuple[str, str], list[Any]] = {}
+_scalars_lock = threading.Lock()
+
+
+def record_scalar(tag: str, value: float, step: int | None, category: str = "") -> None:
+    """Remember the latest `value` of a training scalar (TensorBoard's tag, ML-Agents' key)
+    and its `step`; exported as gauges, the largest step per category as the env-steps
+    counter. Never raises (called from inside the program's own logging calls)."""
+    try:
+        number = float(value)
+        if number != number:  # NaN: as set_gauge, ignored
+            return
+        at = int(step) if step is not None else None
+        with _scalars_lock:
+            entry = _scalars.get((category, tag))
+            if entry is None:
+                _scalars[(category, tag)] = [number, at, time.time_ns()]
+            else:
+                entry[0], entry[2] = number, time.time_ns()
+                if at is not None:
+                    entry[1] = at
+    except Exception:
+        pass
+
+
+def scalar_state() -> list[list[Any]]:
+    """This process's scalars as JSON-able rows ``[category, tag, value, step, time ns]``
+    (what a relaying worker puts in its snapshot)."""
+    with _scalars_lock:
+        return [[c, t, v, s, ts] for (c, t), (v, s, ts) in _scalars.items()]
+
+
+def reset_scalars() -> None:
+    """Forget the scalars (a forked child's are its parent's; tests)."""
+    global _scalars_lock
+    _scalars_lock = threading.Lock()
+    _scalars.clear()
+
+
+class Metrics:
+    """The exporting process's metrics: fed by the flush thread, encoded on demand."""
+
+    def __init__(self, *, resource: Attributes, start_ns: int, stats: Stats,
+                 gauges: Callable[[], Mapping[str, Mapping[str, Any]]],
+                 scalars: Callable[[], Iterable[tuple[str, list[list[Any]]]]],
+                 dropped: Callable[[], int] | None = None) -> None:
+        # Prometheus names a stream's `instance` after service.instance.id: the run id, so
+        # two runs of one service never collide and one run's processes share one instance.
+        self.resource = dict(resource)
+        self.resource.setdefault("service.instance.id", str(resource.get(semconv.RUN_ID, "")))
+        for key in (semconv.PROCESS_PID, semconv.WORKER_ROLE, semconv.WORKER_INDEX):
+            self.resource.pop(key, None)  # per process: they are data point labels here
+        self.role = str(resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+        self.start_ns = start_ns
+        self.stats = stats
+        self.gauges = gauges
+        self.scalars = scalars
+        self.dropped = dropped
+        self.hists: dict[tuple[str, str, int], _Hist] = {}
+        self._lock = threading.Lock()
+        self.exports = 0
+        self.last_bytes = 0
+
+    # -- the flush thread ------------------------------------------------------------------
+    def observe(self, batches: Iterable[Batch], exemplars: bool) -> None:
+        """Count every timed block in `batches`; with `exemplars`, these records are also
+        what goes to the trace backend (no windows), so they may be exemplars."""
+        bounds = BOUNDS
+        where = bisect.bisect_left
+        with self._lock:
+            hists = self.hists
+            for batch in batches:
+                role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+                index = _index(batch.resource)
+                offset = batch.offset_ns
+                local: dict[str, _Hist] = {}
+                for record in batch.records:
+                    extra = record[7]
+                    if extra is not None and not _is_block(extra):
+                        continue
+                    name = record[2]
+                    hist = local.get(name)
+                    if hist is None:
+                        key = (name, role, index)
+                        hist = hists.get(key)
+                        if hist is None:
+                            hist = hists[key] = _Hist()
+                        local[name] = hist
+                    seconds = (record[4] - record[3]) * 1e-9
+                    hist.counts[where(bounds, seconds)] += 1
+                    hist.sum += seconds
+                    if seconds < hist.min:
+                        hist.min = seconds
+                    if seconds > hist.max:
+                        hist.max = seconds
+                    if exemplars:
+                        best = hist.exemplar
+                        if best is None or seconds >= best.value:
+                            hist.exemplar = Exemplar(seconds, record[4] + offset, record[6],
+                                                     record[0])
+
+    def exported(self, batches: Iterable[Batch]) -> None:
+        """Exemplars from the spans the windows exported (ids of a kept window)."""
+        with self._lock:
+            hists = self.hists
+            for batch in batches:
+                role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+                index = _index(batch.resource)
+                offset = batch.offset_ns
+                for record in batch.records:
+                    if not _is_block(record[7]):
+                        continue
+                    hist = hists.get((record[2], role, index))
+                    if hist is None:
+                        continue
+                    seconds = (record[4] - record[3]) * 1e-9
+                    best = hist.exemplar
+                    if best is None or seconds >= best.value:
+                        hist.exemplar = Exemplar(seconds, record[4] + offset, record[6],
+                                                 record[0])
+
+    # -- export ----------------------------------------------------------------------------
+    def collect(self, now_ns: int) -> list[Metric]:
+        """Every metric's cumulative points now (exemplars are handed out once)."""
+        start = self.start_ns
+        merged: dict[tuple[str, str], HistogramPoint] = {}
+        per_worker: list[NumberPoint] = []
+        with self._lock:
+            items = list(self.hists.items())
+            taken = []
+            for (name, role, index), hist in items:
+                attrs: Attributes = {"block": name, "role": role}
+                point = merged.get((name, role))
+                if point is None:
+                    point = merged[(name, role)] = HistogramPoint(
+                        attrs, BOUNDS, list(hist.counts), hist.sum, start, now_ns,
+                        hist.min, hist.max, [])
+                else:
+                    point.counts = [a + b for a, b in zip(point.counts, hist.counts, strict=True)]
+                    point.sum += hist.sum
+                    point.min = min(point.min or hist.min, hist.min)
+                    point.max = max(point.max or 0.0, hist.max)
+                if hist.exemplar is not None:
+                    taken.append((point, hist.exemplar))
+                    hist.exemplar = None
+                per_worker.append(NumberPoint({"block": name, "role": role, "worker": index},
+                                              hist.sum, now_ns, start))
+        for point, exemplar in taken:
+            assert isinstance(point.exemplars, list)
+            point.exemplars.append(exemplar)
+        metrics = [
+            Metric(BLOCK_DURATION, "histogram", list(merged.values()), "s",
+                   "duration of each run of a timed block"),
+            Metric(BLOCK_SECONDS, "sum", per_worker, "s",
+                   "total seconds in a timed block, per worker process"),
+        ]
+        gauges = [NumberPoint({"name": name}, float(g["value"]), now_ns)
+                  for name, g in self.gauges().items() if "value" in g]
+        metrics.append(Metric(GAUGE, "gauge", gauges, "", "set_gauge values (latest)"))
+        values: list[NumberPoint] = []
+        steps: list[NumberPoint] = []
+        env_steps: dict[tuple[str, str], int] = {}
+        for role, rows in self.scalars():
+            for category, tag, value, step, ts in rows:
+                attrs = {"name": str(tag), "category": str(category), "role": role}
+                values.append(NumberPoint(attrs, float(value), int(ts)))
+                if step is not None:
+                    steps.append(NumberPoint(attrs, int(step), int(ts)))
+                    key = (str(category), role)
+                    env_steps[key] = max(env_steps.get(key, 0), int(step))
+        metrics.append(Metric(SCALAR, "gauge", values, "",
+                              "training scalars (TensorBoard add_scalar, ML-Agents stats)"))
+        metrics.append(Metric(SCALAR_STEP, "gauge", steps, "", "the step of each scalar"))
+        metrics.append(Metric(ENV_STEPS, "sum", [
+            NumberPoint({"category": c, "role": r}, n, now_ns, start)
+            for (c, r), n in env_steps.items()], "", "environment steps the framework reported "
+            "(largest step of its scalars); rate() is the FPS"))
+        if self.dropped is not None:
+            metrics.append(Metric(DROPPED, "sum", [NumberPoint({}, int(self.dropped()), now_ns,
+                                                               start)],
+                                  "", "span records dropped (not in the histograms either)"))
+        return metrics
+
+    def encode(self, now_ns: int | None = None) -> bytes:
+        """One ``ExportMetricsServiceRequest`` with everything now."""
+        now = time.time_ns() if now_ns is None else now_ns
+        return encode_metrics(self.resource, self.collect(now))
+
+    def series(self) -> int:
+        """How many Prometheus series the histograms and counters make now (buckets + +Inf,
+        _sum, _count per histogram point; one per other point)."""
+        with self._lock:
+            streams = {(name, role) for name, role, _ in self.hists}
+            workers = len(self.hists)
+        return len(streams) * (len(BOUNDS) + 3) + workers
+
+
+class MetricsExporter:
+    """Sends `Metrics` every `interval` seconds (and at the end) over an `OtlpTransport`,
+    with the one retry policy (`Delivery`); failures are counted and said once."""
+
+    def __init__(self, metrics: Metrics, transport_factory: Callable[[], Any], interval: float,
+                 where: str) -> None:
+        from otel_rl._internal.otlp.delivery import Delivery
+
+        self.metrics = metrics
+        self.interval = interval
+        self.where = where
+        self._last = time.monotonic()
+        self._delivery = Delivery(transport_factory, where=where, on_retry=self._on_retry)
+
+    def _on_retry(self, error: Exception) -> None:
+        self.metrics.stats.warn_once(f"metrics-retry-{self.where}",
+                                     f"cannot export metrics to {self.where} ({error}); retrying")
+
+    def maybe_export(self, deadline: float, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        data = self.metrics.encode()
+        self.metrics.last_bytes = len(data)
+        outcome = self._delivery.send(_Request(data), deadline)
+        if outcome.ok:
+            self.metrics.exports += 1
+        else:
+            self.metrics.stats.warn_once(
+                f"metrics-{self.where}", f"metrics export to {self.where} failed "
+                f"({outcome.error or outcome.reason}); the next export carries the totals")
+
+    def shutdown(self) -> None:
+        self._delivery.close()
+
+
+class _Request:
+    """A metrics request for `Delivery`: never split (it is one interval's cumulative state)."""
+
+    __slots__ = ("data", "spans")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.spans = 1
+
+    def halves(self) -> list[Any]:
+        return []
+
+
+# --- wiring into a run ------------------------------------------------------------------------
+
+def endpoint_of(settings: Any) -> tuple[str | None, bool, str]:
+    """(endpoint, used as is, protocol) for metrics, from the settings: the metrics endpoint
+    if set; else the span endpoint (a base gets /v1/metrics; a traces-specific URL ending in
+    /v1/traces gets it swapped; another full traces URL gives none)."""
+    protocol = settings.metrics_protocol or settings.protocol
+    if settings.metrics_endpoint:
+        return settings.metrics_endpoint, True, protocol
+    endpoint = settings.endpoint
+    if not endpoint:
+        return None, False, protocol
+    if settings.traces_endpoint_is_full and protocol == "http/protobuf":
+        base = endpoint.split("?", 1)[0].rstrip("/")
+        if not base.endswith("/v1/traces"):
+            return None, False, protocol
+        return base[: -len("/v1/traces")] + "/v1/metrics", True, protocol
+    return endpoint, False, protocol
+
+
+def _transport_factory(settings: Any, endpoint: str, full: bool,
+                       protocol: str) -> Callable[[], Any]:
+    def make() -> Any:
+        from otel_rl._internal.otlp.transport import OtlpTransport
+
+        compression = settings.metrics_compression or settings.compression
+        return OtlpTransport(
+            endpoint=endpoint, protocol=protocol,  # type: ignore[arg-type]
+            headers=settings.headers if settings.metrics_headers is None
+            else settings.metrics_headers,
+            compression=None if compression == "none" else "gzip",
+            timeout_s=settings.metrics_timeout or settings.timeout, insecure=settings.insecure,
+            certificate_file=settings.certificate, client_key_file=settings.client_key,
+            client_certificate_file=settings.client_certificate,
+            traces_endpoint_is_full=full, signal="metrics")
+
+    return make
+
+
+def attach(rt: Any) -> MetricsExporter | None:
+    """Export `rt`'s metrics (the runtime of a process that exports: the main process, or a
+    worker without a reachable relay), when the settings want them: hooks the pipeline's
+    transform (every drained batch is observed; the windows' output gives exemplars) and its
+    after-flush step (the export, every `metrics_interval` and at the final flush)."""
+    from otel_rl._internal import recorder, wholerun
+
+    s = rt.settings
+    endpoint, full, protocol = endpoint_of(s)
+    if endpoint is None:
+        if s.metrics:
+            rt.stats.warn_once("metrics-endpoint", "metrics are on but no metrics endpoint is "
+                               "known (set metrics_endpoint / OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)")
+        return None
+
+    def gauges() -> dict[str, Any]:
+        result = wholerun.stack_gauges(recorder.all_stacks())
+        for snap in rt._relayed():
+            for name, gauge in (snap.get("gauges") or {}).items():
+                wholerun.merge_gauge(result, name, gauge)
+        return result
+
+    def scalars() -> list[tuple[str, list[list[Any]]]]:
+        result = [(str(rt.role or MAIN_ROLE), scalar_state())]
+        for snap in rt._relayed():
+            rows = snap.get("scalars")
+            if isinstance(rows, list):
+                result.append((str(snap.get("role") or "worker"),
+                               [r for r in rows if isinstance(r, list) and len(r) == 5]))
+        return result
+
+    metrics = Metrics(resource=rt.resource, start_ns=rt.offset_ns + rt.start_ns,
+                      stats=rt.stats, gauges=gauges, scalars=scalars,
+                      dropped=rt.dropped_total)
+    exporter = MetricsExporter(metrics, _transport_factory(s, endpoint, full, protocol),
+                               s.metrics_interval, endpoint)
+    pipeline = rt.pipeline
+    windows = pipeline.transform
+    timeout = s.metrics_timeout or s.timeout
+
+    def transform(batches: list[Batch], final: bool) -> list[Batch]:
+        try:
+            metrics.observe(batches, exemplars=windows is None)
+        except Exception as exc:  # a bug here must cost metrics, never spans
+            rt.stats.warn_once(f"metrics-{type(exc).__name__}", f"metrics failed: {exc!r}")
+        if windows is None:
+            return batches
+        out: list[Batch] = windows(batches, final)
+        try:
+            metrics.exported(out)
+        except Exception as exc:
+            rt.stats.warn_once(f"metrics-{type(exc).__name__}", f"metrics failed: {exc!r}")
+        return out
+
+    after = pipeline.after_flush
+
+    def after_flush() -> None:
+        if after is not None:
+            after()
+        try:
+            exporter.maybe_export(time.monotonic() + 2 * timeout, force=rt.closed)
+        except Exception as exc:
+            rt.stats.warn_once(f"metrics-{type(exc).__name__}", f"metrics failed: {exc!r}")
+
+    pipeline.transform = transform
+    pipeline.after_flush = after_flush
+    return exporter
+
+
+def _after_fork_in_child() -> None:
+    reset_scalars()  # the parent's values: a forked worker reports its own
+
+
+import os as _os  # noqa: E402
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
