@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterable
 
-__all__ = ["write_bytes", "write_text"]
+__all__ = ["write_bytes", "write_chunks", "write_text"]
 
 _names = itertools.count()
 
@@ -26,13 +27,21 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` atomically (see `write_text`)."""
+    write_chunks(path, (data,))
+
+
+def write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
+    """Write the `chunks` to `path` as they come, atomically: an output of any size in
+    bounded memory, renamed into place only once the last chunk is written (an exception
+    from the iterable leaves nothing and is re-raised)."""
     target = os.fspath(path)
     folder, name = os.path.split(target)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{next(_names)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with open(fd, "wb") as out:
-            out.write(data)
+            for chunk in chunks:
+                out.write(chunk)
         os.replace(tmp, target)
     except BaseException:
         try:

@@ -41,6 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("otel_rl._internal.cli.import_", "turn an ML-Agents timers.json into a trace"),
     "replay": ("otel_rl._internal.cli.replay", "send a saved spans file to a collector"),
     "diff": ("otel_rl._internal.cli.diff", "compare two timers.json files"),
+    "export": ("otel_rl._internal.cli.export", "write spans as a Chrome trace (Perfetto)"),
 }
 
 #: Top-level modules that come with the `otlp` extra (protobuf, opentelemetry-proto, grpcio).

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from otel_rl._internal import atomic
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line
 from otel_rl._internal.readers.boundary import describe_path
 
-__all__ = ["check_output_path", "write_output"]
+__all__ = ["check_output_path", "write_output", "write_output_stream"]
 
 
 def check_output_path(path: str | Path, option: str) -> Path:
@@ -50,6 +51,19 @@ def write_output(path: str | Path, text: str, option: str = "--output") -> None:
     target = check_output_path(path, option)
     try:
         atomic.write_text(target, text)
+    except OSError as exc:
+        raise UnavailableError(
+            f"cannot write {describe_path(path)} ({one_line(exc.strerror or exc)})"
+        ) from None
+
+
+def write_output_stream(path: str | Path, chunks: Iterable[str], option: str = "--output") -> None:
+    """Write text `chunks` (UTF-8) to `path` as they come, atomically (see `write_output`):
+    for outputs made while their input is streamed. An error raised while making the chunks
+    (bad input) leaves no file and propagates."""
+    target = check_output_path(path, option)
+    try:
+        atomic.write_chunks(target, (c.encode("utf-8", "backslashreplace") for c in chunks))
     except OSError as exc:
         raise UnavailableError(
             f"cannot write {describe_path(path)} ({one_line(exc.strerror or exc)})"
