@@ -64,8 +64,8 @@ def published(service: dict[str, Any]) -> list[tuple[str, int, int]]:
     return out
 
 
-def test_stack_has_the_four_services_with_pinned_images() -> None:
-    assert set(services()) == {"otel-collector", "jaeger", "tempo", "grafana"}
+def test_stack_has_the_five_services_with_pinned_images() -> None:
+    assert set(services()) == {"otel-collector", "jaeger", "tempo", "prometheus", "grafana"}
     for name, service in services().items():
         image = service["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: unpinned {image}"
@@ -86,6 +86,7 @@ def test_only_loopback_ports_and_only_the_collector_takes_otlp() -> None:
         "jaeger": {16686},
         "grafana": {3000},
         "tempo": set(),
+        "prometheus": {9090},
     }
     for name, service in services().items():
         ports = published(service)
@@ -115,14 +116,29 @@ def test_collector_exports_to_the_backends_otlp_grpc_ports() -> None:
     }
     exported = {}
     for name, exporter in collector["exporters"].items():
+        if name.startswith("otlphttp/"):
+            continue  # metrics (test_collector_sends_metrics_to_prometheus_otlp)
         host, port = exporter["endpoint"].rsplit(":", 1)
         assert host in services(), f"{name} exports to {host}, not a compose service"
         assert exporter["tls"]["insecure"] is True
         exported[host] = int(port)
     assert exported == backend_grpc_ports
-    assert set(collector["service"]["pipelines"]["traces"]["exporters"]) == set(
-        collector["exporters"]
-    )
+    assert set(collector["service"]["pipelines"]["traces"]["exporters"]) == {
+        name for name in collector["exporters"] if not name.startswith("otlphttp/")}
+
+
+def test_collector_sends_metrics_to_prometheus_otlp() -> None:
+    collector = load(mounted_config("otel-collector", "/etc/otelcol-contrib/config.yaml"))
+    pipeline = collector["service"]["pipelines"]["metrics"]
+    assert pipeline["receivers"] == ["otlp"] and pipeline["processors"][0] == "memory_limiter"
+    (name,) = pipeline["exporters"]
+    url = urlsplit(collector["exporters"][name]["endpoint"])
+    assert (url.hostname, url.port, url.path) == ("prometheus", 9090, "/api/v1/otlp")
+    command = services()["prometheus"]["command"]
+    assert "--web.enable-otlp-receiver" in command
+    assert "--enable-feature=exemplar-storage" in command
+    config = command[0].split("=", 1)[1]
+    assert config in mounts(services()["prometheus"])
 
 
 def test_commands_point_at_the_mounted_configs() -> None:
@@ -141,6 +157,7 @@ def test_grafana_datasources_reach_tempo_and_jaeger() -> None:
     provisioning = mounts(grafana)["/etc/grafana/provisioning"]
     datasources = load(provisioning / "datasources" / "tempo.yaml")["datasources"]
     by_type = {d["type"]: urlsplit(d["url"]) for d in datasources}
+    assert (by_type["prometheus"].hostname, by_type["prometheus"].port) == ("prometheus", 9090)
     tempo = load(mounted_config("tempo", "/etc/tempo.yaml"))
     jaeger = load(mounted_config("jaeger", "/etc/jaeger/config.yaml"))
     assert (by_type["tempo"].hostname, by_type["tempo"].port) == (
@@ -151,7 +168,7 @@ def test_grafana_datasources_reach_tempo_and_jaeger() -> None:
     jaeger_query_port = port_of(jaeger["extensions"]["jaeger_query"]["http"]["endpoint"])
     assert (by_type["jaeger"].hostname, by_type["jaeger"].port) == ("jaeger", jaeger_query_port)
     assert {host for _, _, host in published(services()["jaeger"])} == {jaeger_query_port}
-    assert set(grafana["depends_on"]) == {"tempo", "jaeger"}
+    assert set(grafana["depends_on"]) == {"tempo", "jaeger", "prometheus"}
 
 
 def test_tempo_runs_single_binary_with_local_storage() -> None:

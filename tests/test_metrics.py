@@ -277,3 +277,10 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
     assert span_id in spans and spans[span_id]["name"] == "update"
     # A window's trace, with the window's re-mapped ids: not the run trace.
     assert int(trace_id, 16) != aggregates.run_trace_id(jaeger_service)
+    # Every query of the provisioned Grafana dashboard runs, and shows this run.
+    from tests.test_metrics_stack import dashboard_queries
+
+    for title, expr in dashboard_queries(jaeger_service).items():
+        result = prometheus.query(expr)
+        if title != "FPS (env steps / s) / B":  # the framework's own FPS scalar: none here
+            assert result, f"dashboard panel {title!r} is empty: {expr}"

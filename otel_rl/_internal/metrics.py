@@ -146,6 +146,7 @@ class Metrics:
         self.scalars = scalars
         self.dropped = dropped
         self.hists: dict[tuple[str, str, int], _Hist] = {}
+        self._exemplar_ns: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self.exports = 0
         self.last_bytes = 0
@@ -235,6 +236,12 @@ class Metrics:
                 per_worker.append(NumberPoint({"block": name, "role": role, "worker": index},
                                               hist.sum, now_ns, start))
         for point, exemplar in taken:
+            # Exemplars of one series must come in time order (Prometheus refuses an older
+            # one): a slow span that ended before the last one sent is not sent.
+            key = (str(point.attributes["block"]), str(point.attributes["role"]))
+            if exemplar.time_ns <= self._exemplar_ns.get(key, 0):
+                continue
+            self._exemplar_ns[key] = exemplar.time_ns
             assert isinstance(point.exemplars, list)
             point.exemplars.append(exemplar)
         metrics = [
@@ -249,12 +256,15 @@ class Metrics:
         values: list[NumberPoint] = []
         steps: list[NumberPoint] = []
         env_steps: dict[tuple[str, str], int] = {}
+        # Every point is stamped with this export's time, never the time the value was set:
+        # Prometheus refuses a whole request holding a sample older than one it already has
+        # for that series ("out of order sample"), and derives target_info from the oldest.
         for role, rows in self.scalars():
-            for category, tag, value, step, ts in rows:
+            for category, tag, value, step, _ts in rows:
                 attrs = {"name": str(tag), "category": str(category), "role": role}
-                values.append(NumberPoint(attrs, float(value), int(ts)))
+                values.append(NumberPoint(attrs, float(value), now_ns))
                 if step is not None:
-                    steps.append(NumberPoint(attrs, int(step), int(ts)))
+                    steps.append(NumberPoint(attrs, int(step), now_ns))
                     key = (str(category), role)
                     env_steps[key] = max(env_steps.get(key, 0), int(step))
         metrics.append(Metric(SCALAR, "gauge", values, "",
