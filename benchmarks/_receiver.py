@@ -5,7 +5,8 @@ in it. It runs in a separate process on purpose: the benchmarks measure the CPU 
 process that records spans (``time.process_time()`` counts every thread of a process), and the
 receiver's parsing must not be billed to it.
 
-It listens on 127.0.0.1 only: OTLP/HTTP (``POST /v1/traces``) and OTLP/gRPC (the generic
+It listens on 127.0.0.1 only: OTLP/HTTP (``POST /v1/traces``; ``/v1/metrics`` is accepted
+and not counted) and OTLP/gRPC (the generic
 ``TraceService/Export`` method). ``GET /count`` answers ``{"spans": n, "requests": m}``.
 
     with ReceiverProcess() as receiver:
@@ -76,6 +77,9 @@ def _serve() -> None:
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/v1/metrics":  # OTLP metrics: accepted, not parsed
+                self._reply(200, b"", "application/x-protobuf")
+                return
             if self.path != "/v1/traces":
                 self._reply(404, b"", "text/plain")
                 return
