@@ -174,3 +174,55 @@ def test_bad_input_is_one_line_and_leaves_no_output(
     assert code == 4 and "missing.jsonl" in err and not out.exists()
     code, err = _export(spans, tmp_path, capsys)  # a folder as output: usage error
     assert code == 2
+
+
+ENGINE_VERSION = "0.0.65"
+
+
+@pytest.fixture(scope="session")
+def trace_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Chrome DevTools' trace engine from npm (@paulirish/trace_engine, pure JavaScript: it
+    downloads nothing when it runs), installed once into the cache, for Node.js."""
+    import shutil
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("Node.js and npm are needed for the DevTools trace engine")
+    root = Path(os.environ.get("OTEL_RL_CACHE_DIR", Path.home() / ".cache" / "otel-rl")) \
+        / "node" / f"trace-engine-{ENGINE_VERSION}"
+    engine = root / "node_modules" / "@paulirish" / "trace_engine"
+    if not (engine / "analyze-trace.mjs").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(root),
+                               f"@paulirish/trace_engine@{ENGINE_VERSION}"],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return engine
+
+
+def test_chrome_devtools_trace_engine_reads_the_trace(
+        spans_file: Path, trace_engine: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trace.json"
+    code, err = _export(spans_file, out, capsys)
+    assert code == 0, err
+    ours = json.loads(out.read_text(encoding="utf-8"))["traceEvents"]
+    done = subprocess.run(["node", str(REPO / "tests" / "chrome_trace_engine.mjs"),
+                           str(trace_engine), str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["generic"] is True  # not a Chrome browser trace: DevTools' generic view
+    names = {e["pid"]: e["args"]["name"] for e in ours if e["name"] == "process_name"}
+    assert {int(pid): name for pid, name in seen["processes"].items()} == names
+    # Every thread track with all its blocks, nested into one tree per top-level block.
+    expected: dict[tuple[int, int], list[str]] = {}
+    for e in ours:
+        if e["ph"] == "X":
+            expected.setdefault((e["pid"], e["tid"]), []).append(e["name"])
+    got = {(t["pid"], t["tid"]): sorted(t["entries"]) for t in seen["threads"]}
+    assert got == {key: sorted(v) for key, v in expected.items()}
+    by_thread = {(t["pid"], t["tid"]): t for t in seen["threads"]}
+    main_loop = next(e for e in ours if e["name"] == "main_loop")
+    main = by_thread[(main_loop["pid"], main_loop["tid"])]
+    assert main["name"] == "MainThread" and main["roots"] == 1  # the run span holds it all
+    assert sum(t["entries"].count("rollout") for t in seen["threads"]) == 4 * STEPS
