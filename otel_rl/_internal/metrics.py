@@ -20,7 +20,7 @@ seconds counter adds the worker index (bounded by the number of workers).
 
 from __future__ import annotations
 
-import bisect
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -76,14 +76,33 @@ class _Hist:
     """One (block, role, worker index) stream: bucket counts, sum, min, max, and the slowest
     exported span seen since the last export (the exemplar)."""
 
-    __slots__ = ("counts", "exemplar", "max", "min", "sum")
+    __slots__ = ("counts", "exemplar", "sum")
 
     def __init__(self) -> None:
         self.counts = [0] * (len(BOUNDS) + 1)
         self.sum = 0.0
-        self.min = float("inf")
-        self.max = 0.0
         self.exemplar: Exemplar | None = None
+
+
+def _offer(hist: _Hist, record: Any, offset: int) -> None:
+    """Make `record` the stream's exemplar if it is the slowest since the last export."""
+    seconds = (record[4] - record[3]) * 1e-9
+    best = hist.exemplar
+    if best is None or seconds >= best.value:
+        hist.exemplar = Exemplar(seconds, record[4] + offset, record[6], record[0])
+
+
+_NAME, _START, _END, _EXTRA = (operator.itemgetter(i) for i in (2, 3, 4, 7))
+_BOUNDS_NS: Any = None
+
+
+def _bounds_ns() -> Any:
+    global _BOUNDS_NS
+    if _BOUNDS_NS is None:
+        import numpy as np
+
+        _BOUNDS_NS = np.array([round(b * 1e9) for b in BOUNDS], np.int64)
+    return _BOUNDS_NS
 
 
 # --- training scalars, per process (set by the zero-code hooks) --------------------------------
@@ -154,40 +173,60 @@ class Metrics:
     # -- the flush thread ------------------------------------------------------------------
     def observe(self, batches: Iterable[Batch], exemplars: bool) -> None:
         """Count every timed block in `batches`; with `exemplars`, these records are also
-        what goes to the trace backend (no windows), so they may be exemplars."""
-        bounds = BOUNDS
-        where = bisect.bisect_left
-        with self._lock:
-            hists = self.hists
-            for batch in batches:
-                role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
-                index = _index(batch.resource)
-                offset = batch.offset_ns
-                local: dict[str, _Hist] = {}
-                for record in batch.records:
-                    extra = record[7]
-                    if extra is not None and not _is_block(extra):
+        what goes to the trace backend (no windows), so they may be exemplars. Vectorised
+        (numpy) per batch: the flush thread competes with training for the GIL."""
+        import numpy as np
+
+        bounds = _bounds_ns()
+        width = len(BOUNDS) + 1
+        for batch in batches:
+            records = batch.records
+            if not records:
+                continue
+            role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+            index = _index(batch.resource)
+            # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
+            # is 20x slower on large batches).
+            n = len(records)
+            name_col = list(map(_NAME, records))
+            names = {name: k for k, name in enumerate(set(name_col))}
+            codes = np.fromiter(map(names.__getitem__, name_col), np.int64, n)
+            durations = (np.fromiter(map(_END, records), np.int64, n)
+                         - np.fromiter(map(_START, records), np.int64, n))
+            skip = ([i for i, r in enumerate(records) if r[7] is not None and not _is_block(r[7])]
+                    if any(map(_EXTRA, records)) else [])
+            if skip:
+                keep = np.ones(len(records), bool)
+                keep[skip] = False
+                codes, durations = codes[keep], durations[keep]
+                positions = np.flatnonzero(keep)
+            else:
+                positions = None
+            if not len(codes):
+                continue
+            buckets = np.searchsorted(bounds, durations, side="left")
+            counts = np.bincount(codes * width + buckets, minlength=len(names) * width)
+            totals = np.bincount(codes, weights=durations, minlength=len(names))
+            slowest: dict[int, int] = {}
+            if exemplars:
+                order = np.lexsort((durations, codes))
+                last = np.flatnonzero(np.diff(codes[order], append=-1) != 0)
+                for at in order[last]:
+                    slowest[int(codes[at])] = int(at if positions is None else positions[at])
+            with self._lock:
+                for name, k in names.items():
+                    row = counts[k * width:(k + 1) * width]
+                    if not row.any():
                         continue
-                    name = record[2]
-                    hist = local.get(name)
+                    key = (name, role, index)
+                    hist = self.hists.get(key)
                     if hist is None:
-                        key = (name, role, index)
-                        hist = hists.get(key)
-                        if hist is None:
-                            hist = hists[key] = _Hist()
-                        local[name] = hist
-                    seconds = (record[4] - record[3]) * 1e-9
-                    hist.counts[where(bounds, seconds)] += 1
-                    hist.sum += seconds
-                    if seconds < hist.min:
-                        hist.min = seconds
-                    if seconds > hist.max:
-                        hist.max = seconds
-                    if exemplars:
-                        best = hist.exemplar
-                        if best is None or seconds >= best.value:
-                            hist.exemplar = Exemplar(seconds, record[4] + offset, record[6],
-                                                     record[0])
+                        hist = self.hists[key] = _Hist()
+                    hist.counts = [a + int(b) for a, b in zip(hist.counts, row, strict=True)]
+                    hist.sum += float(totals[k]) * 1e-9
+                    at = slowest.get(k)
+                    if at is not None:
+                        _offer(hist, records[at], batch.offset_ns)
 
     def exported(self, batches: Iterable[Batch]) -> None:
         """Exemplars from the spans the windows exported (ids of a kept window)."""
@@ -201,13 +240,8 @@ class Metrics:
                     if not _is_block(record[7]):
                         continue
                     hist = hists.get((record[2], role, index))
-                    if hist is None:
-                        continue
-                    seconds = (record[4] - record[3]) * 1e-9
-                    best = hist.exemplar
-                    if best is None or seconds >= best.value:
-                        hist.exemplar = Exemplar(seconds, record[4] + offset, record[6],
-                                                 record[0])
+                    if hist is not None:
+                        _offer(hist, record, offset)
 
     # -- export ----------------------------------------------------------------------------
     def collect(self, now_ns: int) -> list[Metric]:
@@ -224,12 +258,10 @@ class Metrics:
                 if point is None:
                     point = merged[(name, role)] = HistogramPoint(
                         attrs, BOUNDS, list(hist.counts), hist.sum, start, now_ns,
-                        hist.min, hist.max, [])
+                        exemplars=[])
                 else:
                     point.counts = [a + b for a, b in zip(point.counts, hist.counts, strict=True)]
                     point.sum += hist.sum
-                    point.min = min(point.min or hist.min, hist.min)
-                    point.max = max(point.max or 0.0, hist.max)
                 if hist.exemplar is not None:
                     taken.append((point, hist.exemplar))
                     hist.exemplar = None
