@@ -243,6 +243,10 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
     assert by[("main_loop", "main")] == 1
     assert sum(v for (block, role), v in by.items() if block == "rollout" and role != "main") \
         == 4 * STEPS
+    # Each worker process's own cumulative counts: both pool workers ran rollouts.
+    runs = prometheus.query(f'otel_rl_block_runs_total{{{run},block="rollout"}}')
+    assert len(runs) == 2 and sum(float(r["value"][1]) for r in runs) == 4 * STEPS
+    assert {r["metric"]["worker"] for r in runs} == {"0", "1"}
     # The median update sleeps 1 ms: histogram_quantile lands in its (1 ms, 2.5 ms] bucket.
     (p50,) = prometheus.query("histogram_quantile(0.5, sum by (le) "
                               f"(otel_rl_block_duration_seconds_bucket{{{run},block=\"update\"}}))")

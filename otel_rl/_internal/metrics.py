@@ -49,6 +49,7 @@ BOUNDS: tuple[float, ...] = (
 
 BLOCK_DURATION = "otel_rl.block.duration"
 BLOCK_SECONDS = "otel_rl.block.seconds"
+BLOCK_RUNS = "otel_rl.block.runs"
 GAUGE = "otel_rl.gauge"
 SCALAR = "otel_rl.scalar"
 SCALAR_STEP = "otel_rl.scalar.step"
@@ -249,6 +250,7 @@ class Metrics:
         start = self.start_ns
         merged: dict[tuple[str, str], HistogramPoint] = {}
         per_worker: list[NumberPoint] = []
+        runs: list[NumberPoint] = []
         with self._lock:
             items = list(self.hists.items())
             taken = []
@@ -265,8 +267,9 @@ class Metrics:
                 if hist.exemplar is not None:
                     taken.append((point, hist.exemplar))
                     hist.exemplar = None
-                per_worker.append(NumberPoint({"block": name, "role": role, "worker": index},
-                                              hist.sum, now_ns, start))
+                worker: Attributes = {"block": name, "role": role, "worker": index}
+                per_worker.append(NumberPoint(worker, hist.sum, now_ns, start))
+                runs.append(NumberPoint(worker, sum(hist.counts), now_ns, start))
         for point, exemplar in taken:
             # Exemplars of one series must come in time order (Prometheus refuses an older
             # one): a slow span that ended before the last one sent is not sent.
@@ -281,6 +284,7 @@ class Metrics:
                    "duration of each run of a timed block"),
             Metric(BLOCK_SECONDS, "sum", per_worker, "s",
                    "total seconds in a timed block, per worker process"),
+            Metric(BLOCK_RUNS, "sum", runs, "", "runs of a timed block, per worker process"),
         ]
         gauges = [NumberPoint({"name": name}, float(g["value"]), now_ns)
                   for name, g in self.gauges().items() if "value" in g]
@@ -318,12 +322,12 @@ class Metrics:
         return encode_metrics(self.resource, self.collect(now))
 
     def series(self) -> int:
-        """How many Prometheus series the histograms and counters make now (buckets + +Inf,
-        _sum, _count per histogram point; one per other point)."""
+        """How many Prometheus series the block metrics make now (buckets + +Inf, _sum,
+        _count per histogram point; seconds and runs per worker)."""
         with self._lock:
             streams = {(name, role) for name, role, _ in self.hists}
             workers = len(self.hists)
-        return len(streams) * (len(BOUNDS) + 3) + workers
+        return len(streams) * (len(BOUNDS) + 3) + 2 * workers
 
 
 class MetricsExporter:
