@@ -288,3 +288,86 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
         result = prometheus.query(expr)
         if title != "FPS (env steps / s) / B":  # the framework's own FPS scalar: none here
             assert result, f"dashboard panel {title!r} is empty: {expr}"
+
+
+# --- wiring into a run --------------------------------------------------------------------------
+
+def _blocks(n: int) -> None:
+    from otel_rl.timers import hierarchical_timer, set_gauge
+
+    for i in range(n):
+        with hierarchical_timer("step"):
+            pass
+        set_gauge("reward", float(i))
+
+
+def test_a_configured_run_exports_metrics_and_metrics_false_turns_them_off(
+        otlp_receiver: Any, otlp_metrics_receiver: _MetricsReceiver, tmp_path: Path) -> None:
+    import otel_rl
+    from otel_rl._internal import runtime
+
+    try:
+        for wanted in (True, False):
+            otlp_metrics_receiver.requests.clear()
+            otel_rl.configure(endpoint=otlp_receiver.http_endpoint,
+                              metrics_endpoint=otlp_metrics_receiver.grpc_endpoint,
+                              metrics_protocol="grpc", metrics=None if wanted else False,
+                              spans="all", propagate=False, output_dir=str(tmp_path))
+            rt = runtime.current()
+            assert rt is not None and (rt.metrics is not None) == wanted
+            _blocks(25)
+            otel_rl.shutdown(10.0)
+            if not wanted:
+                assert not otlp_metrics_receiver.requests
+                continue
+            request = otlp_metrics_receiver.requests[-1]  # the final export: the totals
+            metrics = {mt.name: mt for rm in request.resource_metrics
+                       for sm in rm.scope_metrics for mt in sm.metrics}
+            (point,) = metrics["otel_rl.block.duration"].histogram.data_points
+            assert point.count == 25
+            (gauge,) = metrics["otel_rl.gauge"].gauge.data_points
+            assert gauge.as_double == 24.0
+            # Exemplar: a span the span endpoint received.
+            (exemplar,) = point.exemplars
+            got = {(s.trace_id, s.span_id) for s in otlp_receiver.spans()}
+            assert (exemplar.trace_id.hex(), exemplar.span_id.hex()) in got
+    finally:
+        runtime.reset_for_tests()
+
+
+def test_no_endpoint_no_metrics(tmp_path: Path) -> None:
+    import otel_rl
+    from otel_rl._internal import runtime
+
+    try:
+        otel_rl.configure(output_dir=str(tmp_path), propagate=False)
+        rt = runtime.current()
+        assert rt is not None and rt.metrics is None
+    finally:
+        runtime.reset_for_tests()
+
+
+def test_an_unreachable_metrics_endpoint_costs_training_nothing_and_is_said_once(
+        otlp_receiver: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import otel_rl
+    from otel_rl._internal import runtime
+    from tests.fixtures.jaeger import free_port
+
+    try:
+        otel_rl.configure(endpoint=otlp_receiver.http_endpoint, spans="all", propagate=False,
+                          metrics_endpoint=f"http://127.0.0.1:{free_port()}/v1/metrics",
+                          metrics_interval=0.01, flush_interval=0.05, shutdown_timeout=2.0,
+                          output_dir=str(tmp_path))
+        _blocks(10)
+        time.sleep(0.3)
+        started = time.monotonic()
+        otel_rl.shutdown()
+        assert time.monotonic() - started < 10  # bounded by shutdown_timeout, not retries
+        # Spans still went out; the metrics failure is one warning.
+        spans = otlp_receiver.spans()
+        assert len([s for s in spans if s.name == "step"]) == 10
+        assert any(s.name == "run" for s in spans)  # the final flush was not held up
+        said = [r.getMessage() for r in caplog.records if "metrics export" in r.getMessage()]
+        assert len(said) == 1 and "the next export carries the totals" in said[0]
+    finally:
+        runtime.reset_for_tests()

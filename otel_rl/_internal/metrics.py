@@ -331,8 +331,16 @@ class Metrics:
 
 
 class MetricsExporter:
-    """Sends `Metrics` every `interval` seconds (and at the end) over an `OtlpTransport`,
-    with the one retry policy (`Delivery`); failures are counted and said once."""
+    """Sends `Metrics` every `interval` seconds (and at the end) over an `OtlpTransport`.
+
+    It runs in the flush thread, so it must never hold spans up: one attempt per export,
+    bounded by the request timeout and the flush's deadline (no retries: the state is
+    cumulative, the next export carries the totals), and after a failure the next ones are
+    skipped for a while (doubling, at most 5 minutes), so a dead endpoint costs at most one
+    timeout per pause. Failures are said once; skipped intervals only cost resolution.
+    """
+
+    MAX_PAUSE_S = 300.0
 
     def __init__(self, metrics: Metrics, transport_factory: Callable[[], Any], interval: float,
                  where: str) -> None:
@@ -342,15 +350,14 @@ class MetricsExporter:
         self.interval = interval
         self.where = where
         self._last = time.monotonic()
-        self._delivery = Delivery(transport_factory, where=where, on_retry=self._on_retry)
-
-    def _on_retry(self, error: Exception) -> None:
-        self.metrics.stats.warn_once(f"metrics-retry-{self.where}",
-                                     f"cannot export metrics to {self.where} ({error}); retrying")
+        self._pause = 0.0
+        self._paused_until = 0.0
+        self.failed = 0
+        self._delivery = Delivery(transport_factory, where=where, max_attempts=1)
 
     def maybe_export(self, deadline: float, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._last < self.interval:
+        if not force and (now - self._last < self.interval or now < self._paused_until):
             return
         self._last = now
         data = self.metrics.encode()
@@ -358,10 +365,14 @@ class MetricsExporter:
         outcome = self._delivery.send(_Request(data), deadline)
         if outcome.ok:
             self.metrics.exports += 1
-        else:
-            self.metrics.stats.warn_once(
-                f"metrics-{self.where}", f"metrics export to {self.where} failed "
-                f"({outcome.error or outcome.reason}); the next export carries the totals")
+            self._pause = 0.0
+            return
+        self.failed += 1
+        self._pause = min(self.MAX_PAUSE_S, max(self.interval, 2 * self._pause))
+        self._paused_until = time.monotonic() + self._pause
+        self.metrics.stats.warn_once(
+            f"metrics-{self.where}", f"metrics export to {self.where} failed "
+            f"({outcome.error or outcome.reason}); the next export carries the totals")
 
     def shutdown(self) -> None:
         self._delivery.close()
@@ -479,7 +490,12 @@ def attach(rt: Any) -> MetricsExporter | None:
         if after is not None:
             after()
         try:
-            exporter.maybe_export(time.monotonic() + 2 * timeout, force=rt.closed)
+            # Within the flush's own deadline: at shutdown that is what is left of
+            # shutdown_timeout, so an unreachable metrics endpoint never holds the exit.
+            deadline = min(pipeline.deadline, time.monotonic() + timeout)
+            exporter.maybe_export(deadline, force=rt.closed)
+            if rt.closed:
+                exporter.shutdown()
         except Exception as exc:
             rt.stats.warn_once(f"metrics-{type(exc).__name__}", f"metrics failed: {exc!r}")
 

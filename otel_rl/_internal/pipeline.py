@@ -47,6 +47,7 @@ class Pipeline:
         self.transform = transform
         self.after_flush = after_flush
         self._final = False
+        self.deadline = 0.0
         self.wake = threading.Event()
         self._stop = False
         self._flush_lock = threading.Lock()
@@ -95,6 +96,7 @@ class Pipeline:
     def flush(self, deadline: float) -> None:
         """Export everything buffered now; gives up (counting drops) at `deadline`."""
         with self._flush_lock:
+            self.deadline = deadline  # for `after_flush` steps that send too (metrics)
             try:
                 if self.on_flush is not None:
                     self.on_flush(deadline)
