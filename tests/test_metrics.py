@@ -161,6 +161,8 @@ def test_record_scalar_keeps_the_latest_value_and_step_and_ignores_nan() -> None
       "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://p:9090/api/v1/otlp/v1/metrics"},
      ("http://p:9090/api/v1/otlp/v1/metrics", True)),
     ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://j:4318/custom"}, (None, False)),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://j:4318/custom",
+      "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, ("http://c:4318/v1/metrics", True)),
     ({}, (None, False)),
 ])
 def test_metrics_endpoint_follows_the_span_endpoint_settings(

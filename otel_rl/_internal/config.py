@@ -323,8 +323,9 @@ TABLE: tuple[_Setting, ...] = (
              "export block-duration histograms, gauges and training scalars as OTLP metrics "
              "(default: on when an endpoint is set)", _check_bool, carried=True),
     _Setting("metrics_endpoint", ("OTEL_RL_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-             _parse_endpoint, None, "OTLP metrics endpoint, used as is (default: the span "
-             "endpoint with /v1/metrics)", _check_optional_str, carried=True),
+             _parse_endpoint, None, "OTLP metrics endpoint, used as is (default: "
+             "OTEL_EXPORTER_OTLP_ENDPOINT or the span endpoint, with /v1/metrics)",
+             _check_optional_str, carried=True),
     _Setting("metrics_protocol", ("OTEL_RL_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
              _parse_choice(PROTOCOLS), None, "grpc or http/protobuf for metrics (default: "
              "the span protocol)", _check_choice(PROTOCOLS), carried=True),
@@ -500,5 +501,13 @@ def resolve(arguments: Mapping[str, object], environ: Mapping[str, str] | None =
         settings.endpoint = None
     if settings.metrics_endpoint is not None and settings.metrics_endpoint.lower() in ("none", "off"):
         settings.metrics_endpoint = None
+    elif settings.metrics_endpoint is None and settings.traces_endpoint_is_full:
+        # Spans go to a traces-specific URL: metrics go where the generic variable says
+        # (OTLP exporter specification), with the signal's path.
+        generic, _var = _from_env(_BY_NAME["endpoint"], {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")})
+        if generic and generic.lower() not in ("none", "off"):
+            http = (settings.metrics_protocol or settings.protocol) == "http/protobuf"
+            settings.metrics_endpoint = (generic.rstrip("/") + "/v1/metrics") if http else generic
     return settings
 
