@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from otel_rl._internal import propagation, runtime
-from otel_rl._internal.config import Compression, Protocol, SpanPolicy, settings_doc
+from otel_rl._internal.config import Compression, Histogram, Protocol, SpanPolicy, settings_doc
 from otel_rl._internal.propagation import attach_context, get_context, inject_env
 from otel_rl._internal.runtime import VERSION as __version__
 from otel_rl._internal.runtime import context_from_env
@@ -112,6 +112,7 @@ def configure(
     metrics_headers: Mapping[str, str] | str | None = None,
     metrics_compression: Compression | None = None,
     metrics_timeout: float | None = None,
+    metrics_histogram: Histogram | None = None,
     metrics_interval: float | None = None,
     worker_role: str | None = None,
     worker_index: int | None = None,

@@ -128,6 +128,28 @@ def test_exemplars_come_from_the_spans_the_windows_exported_not_the_drained_ones
     assert point.count == 1  # exported spans are not counted twice
 
 
+def test_exponential_buckets_hold_their_values() -> None:
+    metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict, scalars=list,
+                        exponential=True)
+    values = [0.0, 0.001, 0.001, 0.3, 1e-6, 2.0]
+    metrics.observe([Batch({}, 0, [_record(i + 1, "b", v) for i, v in enumerate(values)])],
+                    exemplars=True)
+    (point,) = _decode(metrics.encode(9))["metrics"]["otel_rl.block.duration"] \
+        .exponential_histogram.data_points
+    assert point.scale == m.SCALE and point.zero_count == 1 and point.count == len(values)
+    assert point.sum == pytest.approx(sum(values))
+    base = 2 ** (2.0 ** -point.scale)
+    held = []
+    for i, count in enumerate(point.positive.bucket_counts):
+        index = point.positive.offset + i
+        low, high = base ** index, base ** (index + 1)
+        inside = [v for v in values if low < v <= high * (1 + 1e-12)]
+        assert count == len(inside), (index, low, high, count)
+        held += inside
+    assert sorted(held) == sorted(v for v in values if v > 0)
+    assert point.exemplars[0].as_double == pytest.approx(2.0)
+
+
 def test_gauges_scalars_and_env_steps() -> None:
     metrics = _metrics(gauges=lambda: {"reward": {"value": 3.5}},
                        scalars=lambda: [("main", [["0", "perf/_fps", 900.0, 4000, 10]]),
@@ -211,7 +233,7 @@ SLOW = 25
 
 
 def _run_workload(prometheus: PrometheusServer, jaeger: JaegerServer, service: str,
-                  tmp_path: Path) -> subprocess.CompletedProcess[str]:
+                  tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update({
         "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
@@ -220,7 +242,7 @@ def _run_workload(prometheus: PrometheusServer, jaeger: JaegerServer, service: s
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": prometheus.otlp_metrics_endpoint,
         "OTEL_RL_SPANS": "auto", "OTEL_RL_WINDOW": "0.5", "OTEL_RL_SAMPLE_EVERY": "4",
         "OTEL_RL_FLUSH_INTERVAL": "0.3", "OTEL_RL_METRICS_INTERVAL": "0.5",
-        "OTEL_RL_RUN_ID": service,
+        "OTEL_RL_RUN_ID": service, **extra,
     })
     done = subprocess.run([sys.executable, "-m", "tests.metrics_workload", str(STEPS),
                            str(SLOW)], cwd=REPO, env=env, capture_output=True, text=True,
@@ -288,7 +310,8 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
 
     for title, expr in dashboard_queries(jaeger_service).items():
         result = prometheus.query(expr)
-        if title != "FPS (env steps / s) / B":  # the framework's own FPS scalar: none here
+        native = "otel_rl_block_duration_seconds{" in expr  # for metrics_histogram=exponential
+        if title != "FPS (env steps / s) / B" and not native:  # no FPS scalar in this program
             assert result, f"dashboard panel {title!r} is empty: {expr}"
 
 
@@ -373,3 +396,36 @@ def test_an_unreachable_metrics_endpoint_costs_training_nothing_and_is_said_once
         assert len(said) == 1 and "the next export carries the totals" in said[0]
     finally:
         runtime.reset_for_tests()
+
+
+@pytest.mark.prometheus
+@pytest.mark.jaeger
+def test_exponential_histograms_are_native_histograms_in_prometheus(
+        prometheus: PrometheusServer, jaeger: JaegerServer, jaeger_service: str,
+        tmp_path: Path) -> None:
+    started = time.time()
+    _run_workload(prometheus, jaeger, jaeger_service, tmp_path,
+                  OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=
+                  "base2_exponential_bucket_histogram")
+    run = f'otel_rl_run_id="{jaeger_service}"'
+    counts = prometheus.wait_for(f"histogram_count(otel_rl_block_duration_seconds{{{run}}})")
+    by = {r["metric"]["block"]: float(r["value"][1]) for r in counts}
+    assert by["update"] == STEPS and by["rollout"] == 4 * STEPS
+    # One series per stream, not one per bucket.
+    names = {r["metric"]["__name__"] for r in prometheus.query(
+        f'{{__name__=~"otel_rl_block_duration_seconds.*",{run}}}')}
+    assert names == {"otel_rl_block_duration_seconds"}
+    (p50,) = prometheus.query("histogram_quantile(0.5, sum(otel_rl_block_duration_seconds"
+                              f'{{{run},block="update"}}))')
+    assert 0.0009 <= float(p50["value"][1]) <= 0.0025
+    groups = prometheus.exemplars(f'otel_rl_block_duration_seconds{{{run},block="update"}}',
+                                  started - 5, time.time() + 1)
+    slowest = max((e for g in groups for e in g["exemplars"]), key=lambda e: float(e["value"]))
+    assert float(slowest["value"]) >= 0.3
+    trace = jaeger.get_trace(slowest["labels"]["trace_id"])
+    assert slowest["labels"]["span_id"] in {s["spanId"] for s in spans_of(trace)}
+    from tests.test_metrics_stack import dashboard_queries
+
+    for title, expr in dashboard_queries(jaeger_service).items():
+        if "otel_rl_block_duration_seconds{" in expr:
+            assert prometheus.query(expr), f"dashboard panel {title!r} is empty: {expr}"

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 SpanPolicy = Literal["all", "auto", "off"]
 Protocol = Literal["grpc", "http/protobuf"]
 Compression = Literal["gzip", "none"]
+Histogram = Literal["explicit", "exponential"]
 SPAN_POLICIES: tuple[SpanPolicy, ...] = get_args(SpanPolicy)
+HISTOGRAMS: tuple[Histogram, ...] = get_args(Histogram)
 PROTOCOLS: tuple[Protocol, ...] = get_args(Protocol)
 COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
 
@@ -66,6 +68,15 @@ def _parse_positive_float(text: str) -> float:
     if not 0 < value <= MAX_SECONDS:  # NaN and infinity too: a wait of "inf" never ends
         raise ValueError(f"expected a positive number up to {MAX_SECONDS:.0e}, got {text[:40]!r}")
     return value
+
+
+def _parse_histogram(text: str) -> str:
+    """`explicit` / `exponential`, or the OTel SDK's names for them
+    (``explicit_bucket_histogram``, ``base2_exponential_bucket_histogram``)."""
+    low = text.strip().lower()
+    low = {"explicit_bucket_histogram": "explicit",
+           "base2_exponential_bucket_histogram": "exponential"}.get(low, low)
+    return _parse_choice(HISTOGRAMS)(low)
 
 
 def _parse_millis(text: str) -> float:
@@ -339,6 +350,11 @@ TABLE: tuple[_Setting, ...] = (
     _Setting("metrics_timeout", ("OTEL_RL_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"),
              _parse_millis, None, "seconds per metrics request (default: the span timeout)",
              _check_positive(float), carried=True),
+    _Setting("metrics_histogram", ("OTEL_RL_METRICS_HISTOGRAM",
+                                   "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"),
+             _parse_histogram, "explicit", "block durations as explicit buckets (1, 2.5, 5 per "
+             "decade, 1 us to 1000 s) or exponential (base 2, scale 3: Prometheus native "
+             "histograms)", _check_choice(HISTOGRAMS), carried=True),
     _Setting("metrics_interval", ("OTEL_RL_METRICS_INTERVAL",), _parse_positive_float, 10.0,
              "seconds between metrics exports (cumulative: a lost export costs resolution only)",
              _check_positive(float), carried=True),
@@ -412,6 +428,7 @@ class Settings:
     metrics_headers: dict[str, str] | None
     metrics_compression: Compression | None
     metrics_timeout: float | None
+    metrics_histogram: Histogram
     metrics_interval: float
     worker_role: str | None
     worker_index: int | None

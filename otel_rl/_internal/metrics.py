@@ -29,6 +29,7 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.otlp.metrics import (
     Exemplar,
+    ExponentialPoint,
     HistogramPoint,
     Metric,
     NumberPoint,
@@ -47,6 +48,9 @@ __all__ = ["BOUNDS", "Metrics", "record_scalar", "scalar_state"]
 BOUNDS: tuple[float, ...] = (
     *(round(m * 10.0 ** e, 12) for e in range(-6, 3) for m in (1.0, 2.5, 5.0)), 1000.0)
 
+#: Exponential mode's scale: buckets grow by 2**(1/8) (9 %), which Prometheus stores as a
+#: native histogram (one series per stream instead of one per bucket).
+SCALE = 3
 BLOCK_DURATION = "otel_rl.block.duration"
 BLOCK_SECONDS = "otel_rl.block.seconds"
 BLOCK_RUNS = "otel_rl.block.runs"
@@ -77,12 +81,32 @@ class _Hist:
     """One (block, role, worker index) stream: bucket counts, sum, min, max, and the slowest
     exported span seen since the last export (the exemplar)."""
 
-    __slots__ = ("counts", "exemplar", "sum")
+    __slots__ = ("counts", "exemplar", "exp", "sum", "zero")
 
     def __init__(self) -> None:
         self.counts = [0] * (len(BOUNDS) + 1)
         self.sum = 0.0
         self.exemplar: Exemplar | None = None
+        # Exponential mode: bucket index (at `SCALE`) -> count, and runs of zero duration.
+        self.exp: dict[int, int] = {}
+        self.zero = 0
+
+
+def _exponential_counts(np: Any, codes: Any, durations: Any) -> dict[int, tuple[int, dict[int, int]]]:
+    """Per name code: (runs of zero duration, {bucket index at `SCALE`: count}); bucket i
+    holds durations in (2**(i / 2**SCALE), 2**((i + 1) / 2**SCALE)] seconds."""
+    result: dict[int, tuple[int, dict[int, int]]] = {}
+    positive = durations > 0
+    zero_codes, zero_counts = np.unique(codes[~positive], return_counts=True)
+    for code, count in zip(zero_codes.tolist(), zero_counts.tolist(), strict=True):
+        result[code] = (count, {})
+    index = np.ceil(np.log2(durations[positive] * 1e-9) * (1 << SCALE)).astype(np.int64) - 1
+    pairs = codes[positive] * 65536 + (index + 32768)
+    keys, counts = np.unique(pairs, return_counts=True)
+    for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
+        code, bucket = divmod(key, 65536)
+        result.setdefault(code, (0, {}))[1][bucket - 32768] = count
+    return result
 
 
 def _offer(hist: _Hist, record: Any, offset: int) -> None:
@@ -152,7 +176,8 @@ class Metrics:
     def __init__(self, *, resource: Attributes, start_ns: int, stats: Stats,
                  gauges: Callable[[], Mapping[str, Mapping[str, Any]]],
                  scalars: Callable[[], Iterable[tuple[str, list[list[Any]]]]],
-                 dropped: Callable[[], int] | None = None) -> None:
+                 dropped: Callable[[], int] | None = None, exponential: bool = False) -> None:
+        self.exponential = exponential
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so
         # two runs of one service never collide and one run's processes share one instance.
         self.resource = dict(resource)
@@ -208,6 +233,7 @@ class Metrics:
             buckets = np.searchsorted(bounds, durations, side="left")
             counts = np.bincount(codes * width + buckets, minlength=len(names) * width)
             totals = np.bincount(codes, weights=durations, minlength=len(names))
+            exp = _exponential_counts(np, codes, durations) if self.exponential else {}
             slowest: dict[int, int] = {}
             if exemplars:
                 order = np.lexsort((durations, codes))
@@ -225,6 +251,11 @@ class Metrics:
                         hist = self.hists[key] = _Hist()
                     hist.counts = [a + int(b) for a, b in zip(hist.counts, row, strict=True)]
                     hist.sum += float(totals[k]) * 1e-9
+                    if self.exponential:
+                        zero, by_index = exp.get(k, (0, {}))
+                        hist.zero += zero
+                        for i, c in by_index.items():
+                            hist.exp[i] = hist.exp.get(i, 0) + c
                     at = slowest.get(k)
                     if at is not None:
                         _offer(hist, records[at], batch.offset_ns)
@@ -279,9 +310,14 @@ class Metrics:
             self._exemplar_ns[key] = exemplar.time_ns
             assert isinstance(point.exemplars, list)
             point.exemplars.append(exemplar)
+        duration = Metric(BLOCK_DURATION, "histogram", list(merged.values()), "s",
+                          "duration of each run of a timed block")
+        if self.exponential:
+            duration = Metric(BLOCK_DURATION, "exponential_histogram",
+                              self._exponential_points(merged, items, now_ns), "s",
+                              duration.description)
         metrics = [
-            Metric(BLOCK_DURATION, "histogram", list(merged.values()), "s",
-                   "duration of each run of a timed block"),
+            duration,
             Metric(BLOCK_SECONDS, "sum", per_worker, "s",
                    "total seconds in a timed block, per worker process"),
             Metric(BLOCK_RUNS, "sum", runs, "", "runs of a timed block, per worker process"),
@@ -316,6 +352,27 @@ class Metrics:
                                   "", "span records dropped (not in the histograms either)"))
         return metrics
 
+    def _exponential_points(self, merged: dict[tuple[str, str], HistogramPoint],
+                            items: list[tuple[tuple[str, str, int], _Hist]],
+                            now_ns: int) -> list[ExponentialPoint]:
+        """The streams of `merged` as exponential points (same sums and exemplars)."""
+        buckets: dict[tuple[str, str], dict[int, int]] = {}
+        zeros: dict[tuple[str, str], int] = {}
+        for (name, role, _index), hist in items:
+            into = buckets.setdefault((name, role), {})
+            for i, c in list(hist.exp.items()):
+                into[i] = into.get(i, 0) + c
+            zeros[(name, role)] = zeros.get((name, role), 0) + hist.zero
+        points = []
+        for key, point in merged.items():
+            counts = buckets.get(key) or {}
+            low = min(counts, default=0)
+            high = max(counts, default=-1)
+            points.append(ExponentialPoint(
+                point.attributes, SCALE, low, [counts.get(i, 0) for i in range(low, high + 1)],
+                zeros.get(key, 0), point.sum, point.start_ns, now_ns, point.exemplars))
+        return points
+
     def encode(self, now_ns: int | None = None) -> bytes:
         """One ``ExportMetricsServiceRequest`` with everything now."""
         now = time.time_ns() if now_ns is None else now_ns
@@ -327,7 +384,8 @@ class Metrics:
         with self._lock:
             streams = {(name, role) for name, role, _ in self.hists}
             workers = len(self.hists)
-        return len(streams) * (len(BOUNDS) + 3) + 2 * workers
+        per_stream = 1 if self.exponential else len(BOUNDS) + 3
+        return len(streams) * per_stream + 2 * workers
 
 
 class MetricsExporter:
@@ -463,7 +521,8 @@ def attach(rt: Any) -> MetricsExporter | None:
 
     metrics = Metrics(resource=rt.resource, start_ns=rt.offset_ns + rt.start_ns,
                       stats=rt.stats, gauges=gauges, scalars=scalars,
-                      dropped=rt.dropped_total)
+                      dropped=rt.dropped_total,
+                      exponential=s.metrics_histogram == "exponential")
     exporter = MetricsExporter(metrics, _transport_factory(s, endpoint, full, protocol),
                                s.metrics_interval, endpoint)
     pipeline = rt.pipeline

@@ -16,14 +16,15 @@ from typing import Literal
 from otel_rl._internal.otlp.records import _attributes, _len_field, _varint, resource_bytes
 from otel_rl._internal.shapes import Attributes
 
-__all__ = ["Exemplar", "HistogramPoint", "Metric", "NumberPoint", "encode_metrics"]
+__all__ = ["Exemplar", "ExponentialPoint", "HistogramPoint", "Metric", "NumberPoint",
+           "encode_metrics"]
 
 CUMULATIVE = 2
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
 _SFIXED64 = struct.Struct("<q")
 
-MetricKind = Literal["gauge", "sum", "histogram"]
+MetricKind = Literal["gauge", "sum", "histogram", "exponential_histogram"]
 
 
 class Exemplar:
@@ -89,12 +90,42 @@ class HistogramPoint:
         return body
 
 
+def _zigzag(value: int) -> bytes:
+    return _varint((value << 1) ^ (value >> 63) if value < 0 else value << 1)
+
+
+class ExponentialPoint:
+    """A base-2 exponential histogram point: bucket `offset + i` counts values in
+    ``(2**((offset + i) / 2**scale), 2**((offset + i + 1) / 2**scale)]``."""
+
+    __slots__ = ("attributes", "counts", "exemplars", "offset", "scale", "start_ns", "sum",
+                 "time_ns", "zero_count")
+
+    def __init__(self, attributes: Attributes, scale: int, offset: int, counts: Sequence[int],
+                 zero_count: int, total: float, start_ns: int, time_ns: int,
+                 exemplars: Sequence[Exemplar] = ()) -> None:
+        self.attributes, self.scale, self.offset, self.counts = attributes, scale, offset, counts
+        self.zero_count, self.sum, self.start_ns, self.time_ns = zero_count, total, start_ns, time_ns
+        self.exemplars = exemplars
+
+    def encode(self) -> bytes:
+        buckets = b"\x08" + _zigzag(self.offset) + _len_field(
+            2, b"".join(_varint(c) for c in self.counts))
+        body = (_attributes(1, self.attributes)
+                + b"\x11" + _FIXED64.pack(self.start_ns) + b"\x19" + _FIXED64.pack(self.time_ns)
+                + b"\x21" + _FIXED64.pack(sum(self.counts) + self.zero_count)
+                + b"\x29" + _DOUBLE.pack(self.sum) + b"\x30" + _zigzag(self.scale)
+                + b"\x39" + _FIXED64.pack(self.zero_count) + _len_field(8, buckets))
+        return body + b"".join(_len_field(11, e.encode()) for e in self.exemplars)
+
+
 class Metric:
     """One instrument's stream: name, unit, description, kind and points."""
 
     __slots__ = ("description", "kind", "monotonic", "name", "points", "unit")
 
-    def __init__(self, name: str, kind: MetricKind, points: Sequence[NumberPoint | HistogramPoint],
+    def __init__(self, name: str, kind: MetricKind,
+                 points: Sequence[NumberPoint | HistogramPoint | ExponentialPoint],
                  unit: str = "", description: str = "", monotonic: bool = True) -> None:
         self.name, self.kind, self.points = name, kind, points
         self.unit, self.description, self.monotonic = unit, description, monotonic
@@ -106,8 +137,10 @@ class Metric:
         elif self.kind == "sum":
             data = _len_field(7, points + b"\x10" + _varint(CUMULATIVE)
                               + b"\x18" + (b"\x01" if self.monotonic else b"\x00"))
-        else:
+        elif self.kind == "histogram":
             data = _len_field(9, points + b"\x10" + _varint(CUMULATIVE))
+        else:
+            data = _len_field(10, points + b"\x10" + _varint(CUMULATIVE))
         head = _len_field(1, self.name.encode("utf-8", "replace"))
         if self.description:
             head += _len_field(2, self.description.encode("utf-8", "replace"))
