@@ -49,7 +49,7 @@ RUNNERS = {"mlagents": bench_core.run_mlagents,
            "metrics_on": lambda n, r: _round(n, r, True)}
 
 
-def export_size(paths: int = 100, runs: int = 1000) -> dict[str, Any]:
+def export_size(paths: int = 100, runs: int = 1000, exponential: bool = False) -> dict[str, Any]:
     from otel_rl._internal import metrics as m
     from otel_rl._internal.otlp.records import Batch
     from otel_rl._internal.sinks.base import Stats
@@ -58,7 +58,7 @@ def export_size(paths: int = 100, runs: int = 1000) -> dict[str, Any]:
                                   "process.pid": 1, "host.name": "h"}, start_ns=1,
                         stats=Stats(), gauges=lambda: {"reward": {"value": 1.0}},
                         scalars=lambda: [("main", [["0", "reward/reward", 1.0, 100, 1]])],
-                        dropped=lambda: 0)
+                        dropped=lambda: 0, exponential=exponential)
     rng = random.Random(1)
     for role, index in (("main", 0), ("worker", 0), ("worker", 1)):
         records = [(i * paths + p + 1, 0, f"block_{p:03d}", 0, int(rng.lognormvariate(-9, 2) * 1e9),
@@ -100,7 +100,8 @@ def run(nests: int, rounds: int, seed: int) -> dict[str, Any]:
             row[metric]["vs_mlagents"] = row[metric]["median"] / summary["mlagents"][metric]["median"]
             row[metric]["vs_off"] = row[metric]["median"] / summary["metrics_off"][metric]["median"]
     return {"config": {"nests": nests, "rounds": rounds, "seed": seed}, "summary": summary,
-            "export": export_size(), "environment": bench_core.environment()}
+            "export": export_size(), "export_exponential": export_size(exponential=True),
+            "environment": bench_core.environment()}
 
 
 def render(results: dict[str, Any]) -> str:
@@ -129,10 +130,12 @@ def render(results: dict[str, Any]) -> str:
         f"{verdict('wall')}; CPU: {verdict('cpu')}.",
         "", f"### One metrics export: {export['paths']} block paths, {export['roles']} roles, "
         f"{export['workers']} worker processes", "",
-        bench_core.markdown_table(["bytes (protobuf)", "gzip", "with exemplars", "series"],
-                                  [[f"{export['bytes']:,}", f"{export['bytes_gzip']:,}",
-                                    f"{export['bytes_with_exemplars']:,}",
-                                    f"{export['series']:,}"]]), ""])
+        bench_core.markdown_table(
+            ["histograms", "bytes (protobuf)", "gzip", "with exemplars", "series"],
+            [[kind, f"{e['bytes']:,}", f"{e['bytes_gzip']:,}", f"{e['bytes_with_exemplars']:,}",
+              f"{e['series']:,}"]
+             for kind, e in (("explicit", export), ("exponential",
+                                                    results["export_exponential"]))]), ""])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
