@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from otel_rl._internal import aggregates, config
 from otel_rl._internal import metrics as m
+from otel_rl._internal import metrics_export as mx
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Stats
 from tests.fixtures.jaeger import JaegerServer, spans_of
@@ -190,7 +191,7 @@ def test_record_scalar_keeps_the_latest_value_and_step_and_ignores_nan() -> None
 def test_metrics_endpoint_follows_the_span_endpoint_settings(
         environ: dict[str, str], expected: tuple[str | None, bool]) -> None:
     settings = config.resolve({}, environ=environ)
-    endpoint, full, protocol = m.endpoint_of(settings)
+    endpoint, full, protocol = mx.endpoint_of(settings)
     assert (endpoint, full) == expected
     assert protocol == "http/protobuf"
 
@@ -204,7 +205,7 @@ def test_metrics_specific_variables_override_the_span_ones() -> None:
     assert settings.metrics is False
     assert settings.metrics_protocol == "grpc" and settings.metrics_headers == {"b": "2"}
     assert settings.metrics_timeout == 2.5
-    transport = m._transport_factory(settings, "c:4317", False, "grpc")()
+    transport = mx._transport_factory(settings, "c:4317", False, "grpc")()
     assert transport.headers == {"b": "2"} and transport.timeout_s == 2.5
 
 
@@ -213,9 +214,9 @@ def test_metrics_reach_an_otlp_receiver_over_grpc(otlp_metrics_receiver: Any) ->
     metrics.observe([Batch({}, 0, [_record(1, "update", 0.01)])], exemplars=True)
     settings = config.resolve({"endpoint": otlp_metrics_receiver.grpc_endpoint,
                                "protocol": "grpc"}, environ={})
-    endpoint, full, protocol = m.endpoint_of(settings)
+    endpoint, full, protocol = mx.endpoint_of(settings)
     assert endpoint is not None
-    exporter = m.MetricsExporter(metrics, m._transport_factory(settings, endpoint, full,
+    exporter = mx.MetricsExporter(metrics, mx._transport_factory(settings, endpoint, full,
                                                                protocol), 10.0, endpoint)
     exporter.maybe_export(time.monotonic() + 10, force=True)
     exporter.shutdown()

@@ -145,9 +145,9 @@ class Runtime:
         self.metrics: Any = None
         if (not settings.disabled and self.relay_client is None and settings.metrics is not False
                 and (settings.endpoint or settings.metrics_endpoint)):
-            from otel_rl._internal import metrics  # OTLP metrics (see `metrics`)
+            from otel_rl._internal import metrics_export  # OTLP metrics (see `metrics`)
 
-            self.metrics = metrics.attach(self)
+            self.metrics = metrics_export.attach(self)
 
     def _windowed(self, batches: list[Batch], final: bool) -> list[Batch]:
         """The windows' verdict on drained batches; if the windower fails (a bug), the
