@@ -10,8 +10,8 @@ a kept window's trace), so each one resolves to a span the trace backend holds.
 Gauges (`set_gauge`) and the training scalars the zero-code hooks record (`record_scalar`:
 TensorBoard's ``add_scalar``, ML-Agents' StatsReporter) travel from workers in their snapshot
 frames. Everything is cumulative since the run started and exported every `metrics_interval`
-by this one process (`metrics_export`), with its resource: no OTel SDK ``MeterProvider`` in any process (the SDK's
-metrics break under fork), and a lost export costs resolution only.
+by this one process (`metrics_export`), with its resource: no OTel SDK ``MeterProvider`` in any
+process (the SDK's metrics break under fork), and a lost export costs resolution only.
 
 Labels are bounded: block name, role (the worker role, ``main`` for the run's own process),
 gauge/scalar name and the scalar's category; never a step, pid or span id. The per-worker
