@@ -116,6 +116,14 @@ def test_histograms_count_blocks_per_name_and_role_in_seconds_buckets() -> None:
     assert sum(p.count for p in again.histogram.data_points) == 4
 
 
+def test_a_worker_exporting_on_its_own_is_an_instance_of_its_own() -> None:
+    worker = m.Metrics(resource={"otel_rl.run.id": "r", "otel_rl.worker.role": "rollout",
+                                 "otel_rl.worker.index": 3, "process.pid": 9},
+                       start_ns=1, stats=Stats(), gauges=dict, scalars=list)
+    assert worker.resource["service.instance.id"] == "r/rollout-3"
+    assert worker.role == "rollout" and "otel_rl.worker.role" not in worker.resource
+
+
 def test_exemplars_come_from_the_spans_the_windows_exported_not_the_drained_ones() -> None:
     metrics = _metrics()
     metrics.observe([Batch({}, 0, [_record(1, "update", 0.5)])], exemplars=False)

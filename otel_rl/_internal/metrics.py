@@ -181,7 +181,12 @@ class Metrics:
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so
         # two runs of one service never collide and one run's processes share one instance.
         self.resource = dict(resource)
-        self.resource.setdefault("service.instance.id", str(resource.get(semconv.RUN_ID, "")))
+        instance = str(resource.get(semconv.RUN_ID, ""))
+        if semconv.WORKER_ROLE in resource:
+            # A worker exporting on its own (no relay): an instance of its own, so its series
+            # never interleave with the main process's in one Prometheus series.
+            instance += f"/{resource[semconv.WORKER_ROLE]}-{resource.get(semconv.WORKER_INDEX, 0)}"
+        self.resource.setdefault("service.instance.id", instance)
         for key in (semconv.PROCESS_PID, semconv.WORKER_ROLE, semconv.WORKER_INDEX):
             self.resource.pop(key, None)  # per process: they are data point labels here
         self.role = str(resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
