@@ -57,7 +57,7 @@ def export_size(paths: int = 100, runs: int = 1000, exponential: bool = False) -
     metrics = m.Metrics(resource={"service.name": "bench", "otel_rl.run.id": "run",
                                   "process.pid": 1, "host.name": "h"}, start_ns=1,
                         stats=Stats(), gauges=lambda: {"reward": {"value": 1.0}},
-                        scalars=lambda: [("main", [["0", "reward/reward", 1.0, 100, 1]])],
+                        scalars=lambda: [("main", 0, [["0", "reward/reward", 1.0, 100, 1]])],
                         dropped=lambda: 0, exponential=exponential)
     rng = random.Random(1)
     for role, index in (("main", 0), ("worker", 0), ("worker", 1)):

@@ -19,6 +19,7 @@ from otel_rl.timers import hierarchical_timer, set_gauge
 def rollout(i: int) -> int:
     with hierarchical_timer("rollout"):
         time.sleep(0.002)
+    record_scalar("rollout/items", float(i), i)  # a worker's scalar: reaches the parent's
     return i
 
 

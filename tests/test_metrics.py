@@ -161,8 +161,9 @@ def test_exponential_buckets_hold_their_values() -> None:
 
 def test_gauges_scalars_and_env_steps() -> None:
     metrics = _metrics(gauges=lambda: {"reward": {"value": 3.5}},
-                       scalars=lambda: [("main", [["0", "perf/_fps", 900.0, 4000, 10]]),
-                                        ("learner", [["0", "reward/reward", 2.0, 3000, 11]])])
+                       scalars=lambda: [("main", 0, [["0", "perf/_fps", 900.0, 4000, 10]]),
+                                        ("learner", 0, [["0", "reward/reward", 2.0, 3000, 11]]),
+                                        ("learner", 0, [["0", "reward/reward", 1.0, 2000, 5]])])
     decoded = _decode(metrics.encode(50))["metrics"]
     (gauge,) = decoded["otel_rl.gauge"].gauge.data_points
     assert gauge.as_double == 3.5
@@ -296,9 +297,13 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
     values = [float(v) for _, v in series["values"]]
     assert len(set(values)) >= 3 and values == sorted(values)
     assert values[-1] == (STEPS - 1) * 1.5
-    (steps,) = prometheus.query(f"otel_rl_env_steps_total{{{run}}}")
+    # A scalar set in the pool workers came over the relay, labelled with their role.
+    workers = prometheus.query(f'otel_rl_scalar{{{run},name="rollout/items"}}')
+    assert sorted((r["metric"]["role"], r["metric"]["worker"]) for r in workers) == \
+        [("worker", "0"), ("worker", "1")]
+    (steps,) = prometheus.query(f'otel_rl_env_steps_total{{{run},role="main"}}')
     assert float(steps["value"][1]) == (STEPS - 1) * 100
-    (rate,) = prometheus.query(f"rate(otel_rl_env_steps_total{{{run}}}[1m])")
+    (rate,) = prometheus.query(f'rate(otel_rl_env_steps_total{{{run},role="main"}}[1m])')
     assert float(rate["value"][1]) > 0
     # The slow update's exemplar is a span Jaeger holds (in a kept window's trace).
     found = prometheus.exemplars(f'otel_rl_block_duration_seconds_bucket{{{run},block="update"}}',

@@ -175,7 +175,7 @@ class Metrics:
 
     def __init__(self, *, resource: Attributes, start_ns: int, stats: Stats,
                  gauges: Callable[[], Mapping[str, Mapping[str, Any]]],
-                 scalars: Callable[[], Iterable[tuple[str, list[list[Any]]]]],
+                 scalars: Callable[[], Iterable[tuple[str, int, list[list[Any]]]]],
                  dropped: Callable[[], int] | None = None, exponential: bool = False) -> None:
         self.exponential = exponential
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so
@@ -332,24 +332,30 @@ class Metrics:
         metrics.append(Metric(GAUGE, "gauge", gauges, "", "set_gauge values (latest)"))
         values: list[NumberPoint] = []
         steps: list[NumberPoint] = []
-        env_steps: dict[tuple[str, str], int] = {}
+        env_steps: dict[tuple[str, str, int], int] = {}
+        # One point per label set (two in one request would conflict), the latest value.
+        latest: dict[tuple[str, str, str, int], list[Any]] = {}
+        for role, process, rows in self.scalars():
+            for row in rows:
+                labels = (str(row[1]), str(row[0]), role, process)
+                if labels not in latest or row[4] >= latest[labels][4]:
+                    latest[labels] = row
         # Every point is stamped with this export's time, never the time the value was set:
         # Prometheus refuses a whole request holding a sample older than one it already has
         # for that series ("out of order sample"), and derives target_info from the oldest.
-        for role, rows in self.scalars():
-            for category, tag, value, step, _ts in rows:
-                attrs = {"name": str(tag), "category": str(category), "role": role}
-                values.append(NumberPoint(attrs, float(value), now_ns))
-                if step is not None:
-                    steps.append(NumberPoint(attrs, int(step), now_ns))
-                    key = (str(category), role)
-                    env_steps[key] = max(env_steps.get(key, 0), int(step))
+        for (tag, category, role, process), (_c, _t, value, step, _ts) in latest.items():
+            attrs = {"name": tag, "category": category, "role": role, "worker": process}
+            values.append(NumberPoint(attrs, float(value), now_ns))
+            if step is not None:
+                steps.append(NumberPoint(attrs, int(step), now_ns))
+                stream = (category, role, process)
+                env_steps[stream] = max(env_steps.get(stream, 0), int(step))
         metrics.append(Metric(SCALAR, "gauge", values, "",
                               "training scalars (TensorBoard add_scalar, ML-Agents stats)"))
         metrics.append(Metric(SCALAR_STEP, "gauge", steps, "", "the step of each scalar"))
         metrics.append(Metric(ENV_STEPS, "sum", [
-            NumberPoint({"category": c, "role": r}, n, now_ns, start)
-            for (c, r), n in env_steps.items()], "", "environment steps the framework reported "
+            NumberPoint({"category": c, "role": r, "worker": w}, n, now_ns, start)
+            for (c, r, w), n in env_steps.items()], "", "environment steps the framework reported "
             "(largest step of its scalars); rate() is the FPS"))
         if self.dropped is not None:
             metrics.append(Metric(DROPPED, "sum", [NumberPoint({}, int(self.dropped()), now_ns,

@@ -139,13 +139,17 @@ def attach(rt: Any) -> MetricsExporter | None:
                 wholerun.merge_gauge(result, name, gauge)
         return result
 
-    def scalars() -> list[tuple[str, list[list[Any]]]]:
-        result = [(str(rt.role or MAIN_ROLE), scalar_state())]
+    def scalars() -> list[tuple[str, int, list[list[Any]]]]:
+        """(role, worker index, rows) of this process and each relaying worker."""
+        result = [(str(rt.role or MAIN_ROLE), int(rt.index or 0), scalar_state())]
         for snap in rt._relayed():
             rows = snap.get("scalars")
+            index = snap.get("index")
             if isinstance(rows, list):
                 result.append((str(snap.get("role") or "worker"),
-                               [r for r in rows if isinstance(r, list) and len(r) == 5]))
+                               index if isinstance(index, int) else 0,
+                               [r for r in rows if isinstance(r, list) and len(r) == 5
+                                and isinstance(r[4], int)]))
         return result
 
     metrics = Metrics(resource=rt.resource, start_ns=rt.offset_ns + rt.start_ns,
