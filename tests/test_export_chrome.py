@@ -73,6 +73,47 @@ def spans_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "spans.otlp.jsonl"
 
 
+def _assert_nested(complete: list[dict[str, Any]]) -> None:
+    """Blocks of one thread nest (the viewers draw them as a stack)."""
+    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in complete:
+        by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for intervals in by_thread.values():
+        intervals.sort(key=lambda iv: (iv[0], -iv[1]))
+        stack: list[float] = []
+        for start, end in intervals:
+            while stack and start >= stack[-1] - 1e-3:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-3, "overlapping blocks on one thread"
+            stack.append(end)
+
+
+def test_a_windowed_auto_runs_trace_nests_too(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Under `auto` the file holds window spans and continuations of long blocks in later
+    kept windows: left out, so each thread's blocks still nest."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+                "OTEL_RL_SPANS": "auto", "OTEL_RL_WINDOW": "0.2", "OTEL_RL_SAMPLE_EVERY": "2",
+                "OTEL_RL_FLUSH_INTERVAL": "0.1", "OTEL_RL_OUTPUT_DIR": str(out)})
+    done = subprocess.run([sys.executable, "-m", "tests.metrics_workload", "20", "5"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spans = [json.loads(line) for line in (out / "spans.otlp.jsonl").read_text().splitlines()]
+    text = json.dumps(spans)
+    assert "otel_rl.continuation" in text and '"window' in text  # what is left out is there
+    code, err = _export(out / "spans.otlp.jsonl", tmp_path / "trace.json", capsys)
+    assert code == 0, err
+    trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
+    jsonschema.validate(trace, SCHEMA)
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert complete and not any(e["name"].startswith("window ") for e in complete)
+    assert not any(e["args"].get("otel_rl.continuation") for e in complete)
+    _assert_nested(complete)
+
+
 def _export(spans: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = main(["export", str(spans), "--format", "chrome", "-o", str(out)])
     return code, capsys.readouterr().err
@@ -99,18 +140,7 @@ def test_a_runs_trace_matches_the_schema_with_a_track_per_process_and_thread(
     names = [e["name"] for e in complete]
     assert names.count("update") == STEPS and names.count("rollout") == 4 * STEPS
     assert names.count("main_loop") == 1 and "otel_rl.aggregate" not in names
-    # Blocks of one thread nest (the viewers draw them as a stack).
-    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for e in complete:
-        by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    for intervals in by_thread.values():
-        intervals.sort(key=lambda iv: (iv[0], -iv[1]))
-        stack: list[float] = []
-        for start, end in intervals:
-            while stack and start >= stack[-1] - 1e-3:
-                stack.pop()
-            assert not stack or end <= stack[-1] + 1e-3, "overlapping blocks on one thread"
-            stack.append(end)
+    _assert_nested(complete)
     # The update blocks are in the main loop's process and thread.
     main_loop = next(e for e in complete if e["name"] == "main_loop")
     assert all((e["pid"], e["tid"]) == (main_loop["pid"], main_loop["tid"])
