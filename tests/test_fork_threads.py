@@ -213,3 +213,54 @@ def test_the_demo_with_fork_workers_warns_nothing(tmp_path: Path) -> None:
     assert FORK_WARNING not in done.stderr, done.stderr
     tree = json.loads((tmp_path / "demo" / "run_logs" / "timers.json").read_text())
     assert any(path[-1] == "worker_step" for path in counts(tree))
+
+
+BUSY = """
+    import json, os, sys, tempfile, threading, time
+    sys.path.insert(0, sys.argv[1])
+    import otel_rl
+    from otel_rl._internal import threads
+
+    otel_rl.configure(output_dir=tempfile.mkdtemp(), propagate=False)
+    busy, ticks = threading.Event(), []
+
+    def exporter():  # like a flush sending to a collector that takes its time to answer
+        while not threads.stopping():
+            if busy.is_set():
+                busy.clear()
+                time.sleep(threads.FORK_WAIT_S + 0.5)  # a call nobody can interrupt
+            ticks.append(1)
+            threads.sleep(0.01)
+
+    threads.start_daemon("otel_rl-busy", exporter)
+    busy.set()
+    time.sleep(0.1)
+    for _ in range(3):  # the first fork waits (bounded); the others do not wait again
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    seen = len(ticks)
+    time.sleep(threads.FORK_WAIT_S + 0.5)
+    names = sorted(t.name for t in threading.enumerate())
+    otel_rl.shutdown()
+    print(json.dumps({"carried_on": len(ticks) > seen, "names": names}))
+"""
+
+
+def test_a_thread_busy_past_the_fork_wait_is_said_once_and_carries_on_after(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(BUSY))
+    done = subprocess.run([sys.executable, str(script), str(REPO)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "otel_rl-busy" in line]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("otel_rl: otel_rl-busy still running ")
+    assert lines[0].endswith("after fork() asked it to stop (an export in progress); "
+                             "forking with it alive")
+    result = json.loads(done.stdout)
+    assert result["carried_on"]
+    assert result["names"] == ["MainThread", "otel_rl-busy", "otel_rl-flush"]

@@ -50,15 +50,18 @@ TERMINATION_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 #: How long a fork waits, at most, for otel_rl's threads to stop. An idle thread stops in well
 #: under a millisecond; one in the middle of an export finishes that request first (bounded by
-#: the export timeout), so past this the fork goes ahead with it alive (`stop_all` says which).
-FORK_WAIT_S = 2.0
+#: the export timeout), so past this the fork goes ahead with it alive (`stop_all` says which),
+#: and later forks do not wait for it again while it is still busy (a pool of 8 workers started
+#: while the collector hangs waits once, not 8 times). It carries on after its export.
+FORK_WAIT_S = 1.0
 
 
 class Daemon:
     """One of otel_rl's background threads, by name and target; survives being stopped for a
     fork and started again (`join` and `is_alive` speak of its current thread)."""
 
-    __slots__ = ("ended", "name", "stop", "target", "thread", "wake")
+    __slots__ = ("carry_on", "ended", "exited", "lingering", "name", "stop", "target",
+                 "thread", "wake")
 
     def __init__(self, name: str, target: Callable[[], None],
                  wake: Callable[[], None] | None) -> None:
@@ -69,6 +72,13 @@ class Daemon:
         self.thread: threading.Thread | None = None
         #: The target returned without being asked to: it is done, never restarted.
         self.ended = False
+        #: The current thread's target has returned (set under `_lock`).
+        self.exited = False
+        #: A fork went ahead while this thread was still busy: later forks do not wait for it.
+        self.lingering = False
+        #: Set after such a fork: once the target returns (it was asked to stop), it starts
+        #: again by itself.
+        self.carry_on = False
 
     def is_alive(self) -> bool:
         thread = self.thread
@@ -87,14 +97,20 @@ class Daemon:
     def _run(self, stop: threading.Event) -> None:
         _local.daemon = self
         _local.stop = stop
+        again = False
         try:
             self.target()
         finally:
-            if not stop.is_set():
-                self.ended = True
-                with _lock:
-                    if self in _daemons:
-                        _daemons.remove(self)
+            with _lock:
+                if self.stop is stop:  # (always: a new thread starts only once this one ended)
+                    self.exited = True
+                    again = stop.is_set() and self.carry_on
+                    if not stop.is_set():
+                        self.ended = True
+                        if self in _daemons:
+                            _daemons.remove(self)
+        if again:
+            self._start()
 
     def _start(self) -> None:
         """A new thread for this daemon, born with the termination signals blocked.
@@ -106,7 +122,9 @@ class Daemon:
         first, took it; its handler then waited for a main thread asleep on a queue lock
         (`Pool.terminate()` hung joining such a worker, about one run in twenty under load).
         """
-        self.stop = stop = threading.Event()
+        with _lock:
+            self.stop = stop = threading.Event()
+            self.exited = self.lingering = self.carry_on = False
         try:
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINATION_SIGNALS)
         except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
@@ -167,6 +185,8 @@ def stop_all(timeout: float = FORK_WAIT_S) -> tuple[list[Daemon], list[Daemon]]:
     me = threading.current_thread()
     with _lock:
         running = [d for d in _daemons if d.is_alive() and d.thread is not me]
+        for daemon in running:
+            daemon.carry_on = False
     if not running:
         return [], []
     tasks = _task_count()
@@ -179,14 +199,18 @@ def stop_all(timeout: float = FORK_WAIT_S) -> tuple[list[Daemon], list[Daemon]]:
                 pass
     deadline = time.monotonic() + timeout
     for daemon in running:
-        daemon.join(max(0.0, deadline - time.monotonic()))
+        if not daemon.lingering:
+            daemon.join(max(0.0, deadline - time.monotonic()))
     stopped = [d for d in running if not d.is_alive()]
     if tasks is not None and stopped:
         # `join` returns once the thread's Python state is gone; its OS thread ends a moment
         # later, and Python 3.12 counts OS threads (/proc/self/task) when it decides to warn.
         while (_task_count() or 0) > tasks - len(stopped) and time.monotonic() < deadline:
             time.sleep(0.0002)
-    return stopped, [d for d in running if d.is_alive()]
+    alive = [d for d in running if d.is_alive()]
+    for daemon in alive:
+        daemon.lingering = True
+    return stopped, alive
 
 
 def restart(daemons: list[Daemon]) -> None:
@@ -203,6 +227,7 @@ def pause_for_fork(timeout: float = FORK_WAIT_S) -> list[Daemon]:
     daemons still alive at the deadline are returned."""
     stopped, alive = stop_all(timeout)
     _local.paused = stopped
+    _local.lingering = alive
     return alive
 
 
@@ -215,8 +240,15 @@ def resume_after_fork() -> None:
 
 def _resume() -> None:
     paused: list[Daemon] = getattr(_local, "paused", None) or []
-    _local.paused = None
+    lingering: list[Daemon] = getattr(_local, "lingering", None) or []
+    _local.paused = _local.lingering = None
     restart(paused)
+    for daemon in lingering:  # still busy at the fork: it starts again once its target returns
+        with _lock:
+            returned = daemon.exited and not daemon.ended and daemon in _daemons
+            daemon.carry_on = not daemon.exited
+        if returned:
+            daemon._start()
 
 
 def forget_all() -> None:
@@ -225,7 +257,7 @@ def forget_all() -> None:
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
     _daemons.clear()
-    _local.paused = None
+    _local.paused = _local.lingering = None
 
 
 _os_fork: Callable[[], int] | None = None
