@@ -133,7 +133,11 @@ for line in (logs / "results").read_text().splitlines():
             totals[kind] += int(count)
     failed |= status != "0"
     print(f"  Python {name}: {summary or 'no summary line'} (exit {status}, {float(took):.0f} s)")
-parts = [f"{totals[k]} {k}" for k in KINDS if totals[k] or k in ("failed", "passed")]
+def counted(n, kind):  # pytest's words: "1 error", "2 warnings"
+    return f"{n} {kind[:-1] if n == 1 and kind in ('errors', 'warnings') else kind}"
+
+
+parts = [counted(totals[k], k) for k in KINDS if totals[k] or k in ("failed", "passed")]
 print(f"===== {', '.join(parts)} in {seconds:.2f}s (Python {', '.join(names)}) =====")
 sys.exit(1 if failed else 0)
 EOF

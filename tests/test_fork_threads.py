@@ -264,3 +264,34 @@ def test_a_thread_busy_past_the_fork_wait_is_said_once_and_carries_on_after(
     result = json.loads(done.stdout)
     assert result["carried_on"]
     assert result["names"] == ["MainThread", "otel_rl-busy", "otel_rl-flush"]
+
+
+OWN_THREAD = """
+    import sys, tempfile, threading
+    sys.path.insert(0, sys.argv[1])
+    import otel_rl
+    otel_rl.configure(output_dir=tempfile.mkdtemp())
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, name="the-programs-own").start()
+    import os
+    pid = os.fork()  # line 9
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    stop.set()
+    otel_rl.shutdown()
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="the fork warning is Python 3.12's")
+def test_a_program_with_threads_of_its_own_is_warned_at_its_own_line(tmp_path: Path) -> None:
+    """The warning stays the program's when it has threads of its own: once, at the line of
+    its fork() (not inside otel_rl, which restarts its threads once fork() has returned)."""
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(OWN_THREAD))
+    done = subprocess.run([sys.executable, "-W", "default", str(script), str(REPO)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if FORK_WARNING in line]
+    assert len(warned) == 1, done.stderr
+    assert warned[0].startswith(f"{script}:9: DeprecationWarning: This process (pid=")

@@ -37,8 +37,11 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 import threading
 import time
+import types
+import warnings
 from collections.abc import Callable
 
 __all__ = ["FORK_WAIT_S", "TERMINATION_SIGNALS", "Daemon", "forget_all", "live",
@@ -264,10 +267,11 @@ _os_fork: Callable[[], int] | None = None
 
 
 def wrap_os_fork() -> None:
-    """Make ``os.fork`` start otel_rl's threads again in the parent after it has returned
-    (see the module docstring); once per process, idempotent."""
+    """On Python 3.13+, make ``os.fork`` start otel_rl's threads again in the parent after it
+    has returned (see the module docstring); once per process, idempotent. (Up to 3.12 the
+    threads are counted before the hooks run: the hook restarts them.)"""
     global _os_fork
-    if _os_fork is not None or not hasattr(os, "fork"):
+    if _os_fork is not None or not hasattr(os, "fork") or sys.version_info < (3, 13):
         return
     original = _os_fork = os.fork
 
@@ -276,14 +280,32 @@ def wrap_os_fork() -> None:
         pid = -1
         _local.in_fork = True
         try:
-            pid = original()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                pid = original()
         finally:
             _local.in_fork = False
             if pid != 0:  # the parent (also when fork() failed)
                 _resume()
+        _warn_again(caught, sys._getframe(1))
         return pid
 
     os.fork = fork
+
+
+def _warn_again(caught: list[warnings.WarningMessage], caller: types.FrameType) -> None:
+    """Warnings raised while the wrapped fork ran, through the program's own filters: the
+    fork's own (a program with threads of its own) at the caller's line, as without the
+    wrapper, so filters by module and the shown location stay the program's."""
+    for w in caught:
+        here = w.filename == __file__
+        frame_globals = caller.f_globals if here else {}
+        warnings.warn_explicit(
+            w.message, w.category, caller.f_code.co_filename if here else w.filename,
+            caller.f_lineno if here else w.lineno,
+            module=frame_globals.get("__name__") if here else None,
+            registry=frame_globals.setdefault("__warningregistry__", {}) if here else None,
+            source=w.source)
 
 
 def _task_count() -> int | None:
