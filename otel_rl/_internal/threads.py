@@ -20,10 +20,12 @@ daemons (a child that joins the run starts its own).
 Where the parent starts them again matters. Python 3.12 counts the threads before the
 ``after_in_parent`` fork hooks run, Python 3.13 after them (``warn_about_fork_with_threads``
 moved behind ``PyOS_AfterFork_Parent``), so a thread started again from the hook is counted
-there. `wrap_os_fork` therefore wraps ``os.fork`` (what `multiprocessing`, Sample Factory and
-ML-Agents call): inside it the hook leaves the restart to the wrapper, which does it once
-``fork()`` has returned. A fork that bypasses it (``os.forkpty``, a ``fork`` bound before the
-run started) gets its threads back from the hook itself.
+there. On 3.13+ `wrap_os_fork` therefore wraps ``os.fork`` (what `multiprocessing`, Sample
+Factory and ML-Agents call): inside it the hook leaves the restart to the wrapper, which does it
+once ``fork()`` has returned, and re-emits the warnings raised meanwhile at its caller's line
+(a program with threads of its own is still warned, where it forks, and its filters by module
+still match). A fork that bypasses it (``os.forkpty``, a ``fork`` bound before the run
+started) gets its threads back from the hook itself.
 
 The contract for a daemon's `target` (every otel_rl thread): return promptly once `stopping()`
 is true, and be callable again to carry on where it stopped (keep state outside the call). Wait
