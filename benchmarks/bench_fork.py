@@ -5,7 +5,8 @@ Each variant runs in a fresh interpreter and forks `--forks` children one after 
 child exits at once (``os._exit(0)``). Measured in the parent around ``os.fork()`` alone (the
 stop, the fork, the restart) and around the whole round trip (fork + ``waitpid``):
 
-- ``plain``: no otel_rl (the baseline);
+- ``plain``: otel_rl imported, not configured: no thread (the baseline; the same imports, so
+  the same memory to copy: a fork's own cost grows with the process's size);
 - ``off``: ``configure(propagate=False)``: the flush thread is stopped and restarted;
 - ``relay``: ``configure()`` (propagate): each child becomes a worker of the run, so the
   parent also stops and restarts its relay thread, and makes a carrier per fork.
@@ -30,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, os, sys, time
 variant, forks = sys.argv[1], int(sys.argv[2])
+import otel_rl, otel_rl.timers
 if variant != "plain":
-    import otel_rl
     otel_rl.configure(output_dir=sys.argv[3], propagate=variant == "relay")
 fork_ms, trip_ms = [], []
 for _ in range(forks):
