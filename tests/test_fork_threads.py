@@ -295,3 +295,36 @@ def test_a_program_with_threads_of_its_own_is_warned_at_its_own_line(tmp_path: P
     warned = [line for line in done.stderr.splitlines() if FORK_WARNING in line]
     assert len(warned) == 1, done.stderr
     assert warned[0].startswith(f"{script}:9: DeprecationWarning: This process (pid=")
+
+
+def test_only_daemons_stopped_for_the_fork_start_again_and_an_ended_one_is_forgotten() -> None:
+    """In this process, without forking: `pause_for_fork` / `resume_after_fork` around nothing."""
+    import threading
+
+    from otel_rl._internal import threads
+
+    runs: list[str] = []
+    finished = threading.Event()
+
+    def once() -> None:
+        runs.append("once")
+
+    def loop() -> None:
+        runs.append("loop")
+        while not threads.stopping() and not finished.is_set():
+            threads.sleep(0.01)
+
+    first = threads.start_daemon("otel_rl-once", once)
+    first.join(5)
+    second = threads.start_daemon("otel_rl-loop", loop)
+    assert threads.pause_for_fork() == []  # every live daemon stopped in time
+    assert not second.is_alive()
+    threads.resume_after_fork()
+    assert second.is_alive() and not first.is_alive()
+    assert sorted(runs) == ["loop", "loop", "once"]
+    finished.set()  # its owner ends it: not asked to stop, so it is done for good
+    second.join(5)
+    assert second not in threads.live() and first not in threads.live()
+    threads.pause_for_fork()
+    threads.resume_after_fork()
+    assert sorted(runs) == ["loop", "loop", "once"]
