@@ -651,6 +651,25 @@ class hierarchical_timer:
         return cast(FuncT, wrapped)
 
 
+_plain_enter = hierarchical_timer.__enter__
+
+
+def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
+    """Blocks with no explicit stack take it from `lookup()` instead of this thread's (None:
+    back to this thread's). `otel_rl.timers` calls this when a test patches its
+    `_get_thread_timer`, as ML-Agents' own tests do; the plain hot path never pays for it."""
+    if lookup is None:
+        hierarchical_timer.__enter__ = _plain_enter  # type: ignore[method-assign]
+        return
+
+    def enter(self: hierarchical_timer) -> TimerNode:
+        if self._stack is None:
+            self._stack = lookup()
+        return _plain_enter(self)
+
+    hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
+
+
 def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
     from otel_rl._internal import gpu as gpu_timing
 
