@@ -18,7 +18,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_rl._internal import log
+from otel_rl._internal import jsonout, log
+from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.shapes import Snapshot
@@ -35,7 +36,8 @@ _COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
 def _encode(kind: int, payload: Any) -> bytes:
-    body = json.dumps(payload, separators=(",", ":"), default=json_default).encode("utf-8")
+    body = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
+                         default=json_default).encode("utf-8")
     return _HEADER.pack(len(body), kind) + body
 
 
@@ -176,7 +178,7 @@ class RelayServer:
             if kind == KIND_COLUMNS:
                 self._on_batch(decode_columns(body))
             elif kind == KIND_SNAPSHOT:
-                self._on_snapshot(json.loads(body))
+                self._on_snapshot(loads_deep(body))  # type: ignore[arg-type]
         except Exception as exc:  # a malformed frame costs that frame only
             log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 

@@ -14,7 +14,6 @@ this module and asks it for carriers and workers; it writes none of this state.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import socket
@@ -30,6 +29,7 @@ from otel_rl._internal import (
     aggregates,
     atomic,
     carrier,
+    jsonout,
     log,
     placement,
     recorder,
@@ -547,7 +547,7 @@ class Runtime:
         path = os.path.join(self.output_dir, name)
         try:
             os.makedirs(self.output_dir, exist_ok=True)
-            atomic.write_text(path, json.dumps(tree, indent=2))
+            atomic.write_text(path, jsonout.dumps(tree, indent=2, allow_nan=True))
         except Exception as exc:
             self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
 
