@@ -100,9 +100,13 @@ class RelayServer:
     """Receives frames from workers; `on_batch(Batch)` and `on_snapshot(dict)` run on its thread."""
 
     def __init__(self, on_batch: Callable[[Batch], None],
-                 on_snapshot: Callable[[Snapshot], None]) -> None:
+                 on_snapshot: Callable[[Snapshot], None],
+                 on_closed: Callable[[int], None] | None = None) -> None:
         self._on_batch = on_batch
         self._on_snapshot = on_snapshot
+        #: Called with a worker's pid when its connection closes (it exited or died).
+        self._on_closed = on_closed
+        self._pids: dict[socket.socket, int] = {}
         import tempfile
 
         self._dir = tempfile.mkdtemp(prefix="otel-rl-")
@@ -158,6 +162,12 @@ class RelayServer:
             chunk = b""
         if not chunk:
             self._close(conn)
+            pid = self._pids.pop(conn, 0)
+            if pid and self._on_closed is not None:
+                try:
+                    self._on_closed(pid)
+                except Exception as exc:
+                    log.warning("otel_rl: relay close hook failed: %r", exc)
             return False
         buf += chunk
         while len(buf) >= _HEADER.size:
@@ -170,15 +180,18 @@ class RelayServer:
                 break
             body = bytes(buf[_HEADER.size:_HEADER.size + length])
             del buf[:_HEADER.size + length]
-            self._dispatch(kind, body)
+            self._dispatch(kind, body, conn)
         return True
 
-    def _dispatch(self, kind: int, body: bytes) -> None:
+    def _dispatch(self, kind: int, body: bytes, conn: socket.socket | None = None) -> None:
         try:
             if kind == KIND_COLUMNS:
                 self._on_batch(decode_columns(body))
             elif kind == KIND_SNAPSHOT:
-                self._on_snapshot(loads_deep(body))  # type: ignore[arg-type]
+                snapshot = loads_deep(body)
+                if conn is not None and isinstance(snapshot.get("pid"), int):
+                    self._pids[conn] = snapshot["pid"]
+                self._on_snapshot(snapshot)  # type: ignore[arg-type]
         except Exception as exc:  # a malformed frame costs that frame only
             log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 
@@ -229,6 +242,7 @@ class RelayClient(Sink):
 
     def __init__(self, address: str, stats: Stats, timeout: float = 5.0) -> None:
         self.address = address
+        self.label = "parent process"
         self._stats = stats
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
@@ -255,7 +269,8 @@ class RelayClient(Sink):
             if self._send(encode_columns(batch)):
                 self._stats.add_exported(self.name, len(batch.records))
             else:
-                self._stats.add_dropped("parent relay lost", len(batch.records))
+                self._stats.add_dropped("unreachable", len(batch.records), self.name,
+                                        "lost the parent process's relay")
 
     def send_snapshot(self, snapshot: Snapshot) -> None:
         self._send(_encode(KIND_SNAPSHOT, snapshot))

@@ -30,6 +30,7 @@ from otel_rl._internal import (
     atomic,
     carrier,
     jsonout,
+    ledger_hooks,
     log,
     placement,
     recorder,
@@ -38,6 +39,7 @@ from otel_rl._internal import (
 )
 from otel_rl._internal.carrier import Carrier, Context
 from otel_rl._internal.config import CARRIED, Settings, resolve
+from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
@@ -223,7 +225,7 @@ class Runtime:
         if s.disabled:
             return None
         if s.output_dir:
-            return s.output_dir
+            return ledger_hooks.output_dir(self, s.output_dir)
         if s.endpoint is None and not s.exporters:
             return os.path.join("otel-rl-runs", self.run_id)
         return None
@@ -330,6 +332,10 @@ class Runtime:
         return index
 
     # -- workers -----------------------------------------------------------------------------
+    def _on_relayed(self, batch: Batch) -> None:
+        ledger_hooks.relayed(self, batch)
+        self.pipeline.add_relayed(batch)
+
     def on_snapshot(self, snapshot: Snapshot) -> None:
         with self.snapshots_lock:
             self.snapshots[f"{snapshot.get('pid')}"] = snapshot
@@ -342,7 +348,8 @@ class Runtime:
             from otel_rl._internal.relay import RelayServer
 
             try:
-                self.relay_server = RelayServer(self.pipeline.add_relayed, self.on_snapshot)
+                self.relay_server = RelayServer(self._on_relayed, self.on_snapshot,
+                                                lambda pid: ledger_hooks.worker_lost(self, pid))
             except OSError as exc:
                 self.stats.warn_once("relay-server", f"cannot open the worker relay: {exc}")
                 return None
@@ -362,7 +369,8 @@ class Runtime:
                 # threads hang.
                 "open": self._own_open(),
                 "bases": sorted({st.base.span_id for st in stacks if st.base is not None}),
-                "children": children}
+                "children": children,
+                **ledger_hooks.snapshot_extras(self)}
 
     def _on_flush(self, deadline: float) -> None:
         if self.relay_client is not None:
@@ -467,9 +475,7 @@ class Runtime:
         with self.snapshots_lock:
             snapshots = list(self.snapshots.values())
         metadata = self.run_metadata(run_stack)
-        dropped = self.dropped_total()
-        if dropped:
-            metadata["otel_rl_dropped_spans"] = str(dropped)
+        ledger_metadata(metadata, self.stats)
         return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
                 "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
@@ -486,8 +492,9 @@ class Runtime:
         return {"role": main[1], "index": main[2], "pid": self.pid, "tid": run_stack.tid}
 
     def dropped_total(self) -> int:
-        """Spans lost so far; buffer-full drops join `stats` when shutdown starts."""
-        return sum(self.stats.dropped.values())
+        """Spans lost so far by the sink that lost most; buffer-full drops join the ledger
+        when shutdown starts."""
+        return self.stats.ledger.lost_most()
 
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -509,21 +516,27 @@ class Runtime:
         if gpu is not None:
             gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
         buffer_drops = sum(st.dropped for st in recorder.all_stacks())
-        self.stats.add_dropped("span buffer full", buffer_drops)
+        self.stats.add_dropped("buffer full", buffer_drops, None,
+                               f"the span buffer (max_buffer={self.settings.max_buffer}) was full")
+        ledger_hooks.before_final_flush(self)  # workers that died: their missing blocks
         tree = None
-        dropped = 0
         if not self.settings.disabled and self.relay_client is None:
             # One snapshot for both: the aggregate exported now and the timers.json after it.
             self.checkpoint(end_ns, final=True)
             tree, self.pending_timers = self.pending_timers, None
-            dropped = self.dropped_total()
-        self.pipeline.shutdown(deadline)
+            if tree is not None:
+                # Written before the last spans: on a nearly full disk the small file that
+                # holds the whole tree goes first.
+                self._write_timers_dict(tree)
+        self.pipeline.shutdown(deadline, timeout)
         if self.relay_client is not None:
             self.relay_client.shutdown(deadline)
-        if tree is not None:
-            if self.dropped_total() != dropped and "metadata" in tree:
-                tree["metadata"]["otel_rl_dropped_spans"] = str(self.dropped_total())
-            self._write_timers_dict(tree)
+        if tree is not None and "metadata" in tree:
+            # Again with the ledger as it ended (what the last flush delivered or lost).
+            before = dict(tree["metadata"])
+            ledger_metadata(tree["metadata"], self.stats)
+            if tree["metadata"] != before:
+                self._write_timers_dict(tree, quiet=True)
         self._report()
         self.finished = True
 
@@ -540,23 +553,24 @@ class Runtime:
                 trace.sink.append((sid, psid, name, start, end_ns, st.tid, trace.trace_id,
                                    {"attrs": attrs}))
 
-    def _write_timers_dict(self, tree: TimersDict) -> None:
+    def _write_timers_dict(self, tree: TimersDict, quiet: bool = False) -> None:
         if not self.output_dir:
             return
         name = TIMERS_FILE if not self.is_worker else f"timers.{self.pid}.json"
         path = os.path.join(self.output_dir, name)
         try:
             os.makedirs(self.output_dir, exist_ok=True)
-            atomic.write_text(path, jsonout.dumps(tree, indent=2, allow_nan=True))
+            text = jsonout.dumps(tree, indent=2, allow_nan=True)
+            atomic.write_text(path, text)
+            ledger_hooks.timers_written(self, len(text))
         except Exception as exc:
-            self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
+            if not quiet:  # quiet: rewriting a timers.json already written (the ledger)
+                self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
 
     def _report(self) -> None:
-        dropped = {k: v for k, v in self.stats.dropped.items() if v}
-        if dropped:
-            total = sum(dropped.values())
-            reasons = "; ".join(f"{reason}: {n}" for reason, n in dropped.items())
-            log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
+        line = self.stats.ledger.line()
+        if line:
+            log.warning("otel_rl: %s", line)
 
 
 def _main_role(rt: Runtime) -> tuple[str, str, int] | None:

@@ -71,13 +71,15 @@ class SerializedRequest:
 class Outcome:
     """What became of one request: spans `sent`, spans `lost`, and why (`reason`, `error`)."""
 
-    __slots__ = ("error", "lost", "reason", "sent")
+    __slots__ = ("error", "kind", "lost", "reason", "sent")
 
     def __init__(self) -> None:
         self.sent = 0
         self.lost = 0
         #: One line for a person ("collector unreachable at ...", "rejected by ...: ...").
         self.reason = ""
+        #: The ledger's reason: "unreachable", "timed out", "rejected" or "error".
+        self.kind = ""
         self.error: Exception | None = None
 
     @property
@@ -105,6 +107,12 @@ class Delivery:
         self._timeout = 10.0
         self._failures = 0
         self._backoff_until = 0.0
+        self._last_error: ExportError | None = None
+
+    @property
+    def last_error(self) -> ExportError | None:
+        """The failure of the last attempt, while the destination keeps failing."""
+        return self._last_error
 
     @property
     def where(self) -> str:
@@ -122,6 +130,7 @@ class Delivery:
         except Exception as exc:  # a bad endpoint: nothing can be sent
             outcome.lost, outcome.error = request.spans, exc
             outcome.reason = f"cannot export to {self.where}: {exc}"
+            outcome.kind = "unreachable"
             return outcome
         parts: list[Request] = [request]
         if (self.max_bytes is not None and transport.protocol == "grpc"
@@ -142,8 +151,15 @@ class Delivery:
             outcome.lost = part.spans + sum(p.spans for p in parts)
             outcome.error = error
             outcome.reason = self._reason(error)
+            outcome.kind = self._kind(error)
             break
         return outcome
+
+    def abort(self) -> None:
+        """From another thread: wake a send blocked on the network (shutdown's deadline)."""
+        transport = self.transport
+        if transport is not None:
+            transport.abort()
 
     def close(self) -> None:
         transport, self.transport = self.transport, None
@@ -168,11 +184,13 @@ class Delivery:
             wait = self._backoff_until - now
             if wait > 0:
                 if deadline is not None and self._backoff_until >= deadline:
-                    return _Unreachable()
+                    # The server asked for (or the backoff needs) more time than is left: say
+                    # what the last answer was, not "unreachable".
+                    return _GaveUp(self._last_error, self._backoff_until - now)
                 time.sleep(wait)
                 now = time.monotonic()
             if deadline is not None and now >= deadline:
-                return _Unreachable()
+                return _GaveUp(self._last_error, 0.0)
             attempts += 1
             try:
                 # Never wait on the network past the caller's deadline (shutdown).
@@ -184,6 +202,7 @@ class Delivery:
                         self.max_attempts is not None and attempts >= self.max_attempts):
                     return exc
                 self._failures += 1
+                self._last_error = exc
                 delay = exc.retry_after_s
                 if delay is None:
                     delay = min(self.max_backoff_s, self.backoff_s * 2 ** self._failures)
@@ -197,16 +216,40 @@ class Delivery:
             else:
                 self._failures = 0
                 self._backoff_until = 0.0
+                self._last_error = None
                 return None
 
     def _reason(self, error: Exception) -> str:
-        if isinstance(error, _Unreachable):
-            return f"collector unreachable at {self.where}"
+        if isinstance(error, _GaveUp):
+            last = error.last
+            if last is None:
+                return f"deadline passed before sending to {self.where}"
+            if last.kind == "rejected":
+                wait = (f"; asked to retry after {last.retry_after_s:g} s, past the deadline"
+                        if last.retry_after_s and error.wait_s > 0 else "")
+                return f"{self.where} refused: {last.message}{wait}"
+            if last.kind == "timed out":
+                return f"{self.where} did not answer in time: {last.message}"
+            return f"collector unreachable at {self.where}: {last.message}"
         if isinstance(error, ExportError):
             return f"rejected by {self.where}: {error.message}"
         return f"export error: {type(error).__name__}"
 
+    @staticmethod
+    def _kind(error: Exception) -> str:
+        if isinstance(error, _GaveUp):
+            return "timed out" if error.last is None else error.last.kind
+        if isinstance(error, ExportError):
+            return error.kind
+        return "error"
 
-class _Unreachable(Exception):
-    """The deadline passed while the collector was failing or backing off."""
+
+class _GaveUp(Exception):
+    """The deadline passed while the collector was failing or backing off; `last` is its
+    last failure (None: there was no time to try), `wait_s` the backoff still ahead."""
+
+    def __init__(self, last: ExportError | None, wait_s: float) -> None:
+        super().__init__("deadline passed")
+        self.last = last
+        self.wait_s = wait_s
 

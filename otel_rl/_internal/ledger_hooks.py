@@ -1,0 +1,182 @@
+"""The runtime's side of the ledger: timers.json's ledger keys, the spans file's reserve,
+workers that died, and two runs sharing one output folder.
+
+Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` calls
+`output_dir`, `relayed`, `worker_lost`, `before_final_flush`, `timers_written` and
+`ledger_metadata` at the points named by their docstrings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from otel_rl._internal import log
+
+if TYPE_CHECKING:
+    from otel_rl._internal.otlp.records import Batch
+    from otel_rl._internal.runtime import Runtime
+    from otel_rl._internal.shapes import Snapshot
+    from otel_rl._internal.sinks.base import Stats
+
+__all__ = ["before_final_flush", "ledger_metadata", "output_dir", "relayed",
+           "timers_written", "worker_lost"]
+
+#: Metadata keys of timers.json.
+DROPPED_KEY = "otel_rl_dropped_spans"
+LEDGER_KEY = "otel_rl_ledger"
+#: A file in the output folder naming the run that writes there.
+RUN_MARK = ".otel-rl-run"
+
+
+def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
+    """timers.json's ledger keys, when anything was lost: the most spans any one sink lost,
+    and the ledger itself (per sink: recorded, delivered, lost by reason). A run that lost
+    nothing has neither, so its timers.json equals the tree rebuilt from its spans."""
+    ledger = stats.ledger
+    worst = ledger.lost_most()
+    if worst or ledger.notes:
+        metadata[DROPPED_KEY] = str(worst)
+        metadata[LEDGER_KEY] = json.dumps(ledger.summary(), separators=(",", ":"),
+                                          sort_keys=True)
+    else:
+        metadata.pop(DROPPED_KEY, None)
+        metadata.pop(LEDGER_KEY, None)
+
+
+def timers_written(rt: Runtime, size: int) -> None:
+    """After timers.json was written (`size` characters): the spans file leaves room for
+    three times that (the atomic rewrite needs the old and the new copy at once)."""
+    from otel_rl._internal.sinks.file import MIN_RESERVE, FileSink
+
+    for sink in rt.pipeline.sinks:
+        if isinstance(sink, FileSink):
+            sink.reserve = max(MIN_RESERVE, 3 * size)
+
+
+def output_dir(rt: Runtime, path: str | None) -> str | None:
+    """The output folder of this run. A folder another run already wrote to is never written
+    over: this run goes to a sub-folder named by its run id (said in one line)."""
+    if path is None or rt.is_worker:
+        return path
+    mark = os.path.join(path, RUN_MARK)
+    try:
+        with open(mark, encoding="utf-8") as f:
+            other = f.read().strip()
+    except FileNotFoundError:
+        other = "" if not os.path.exists(os.path.join(path, "timers.json")) else "?"
+    except OSError:
+        return path  # unreadable: the writes will say what is wrong
+    if other and other != rt.run_id:
+        moved = os.path.join(path, rt.run_id)
+        log.warning("otel_rl: %s already holds run %s; this run (%s) writes to %s", path,
+                    other if other != "?" else "(unknown)", rt.run_id, moved)
+        path = moved
+        mark = os.path.join(path, RUN_MARK)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(mark, "w", encoding="utf-8") as f:
+            f.write(rt.run_id + "\n")
+    except OSError:
+        pass  # the sinks and timers.json report an unwritable folder themselves
+    return path
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+class Workers:
+    """What the main process knows of its relaying workers: records received per pid, the
+    last resource seen, and the workers that died."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.received: dict[int, int] = {}
+        self.died: dict[int, str] = {}
+
+
+def _workers(rt: Runtime) -> Workers:
+    workers: Workers | None = getattr(rt, "_ledger_workers", None)
+    if workers is None:
+        workers = Workers()
+        rt._ledger_workers = workers  # type: ignore[attr-defined]
+    return workers
+
+
+def relayed(rt: Runtime, batch: Batch) -> None:
+    """A worker's batch arrived (the relay's thread): count it for its pid."""
+    pid = batch.resource.get("process.pid")
+    if not isinstance(pid, int):
+        return
+    workers = _workers(rt)
+    with workers.lock:
+        workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
+
+
+def _exit_code(pid: int) -> int | None:
+    """The exit code `multiprocessing` saw for child `pid`, if it started it."""
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is None:
+        return None
+    for process in list(getattr(mp, "_children", ())):
+        if getattr(process, "pid", None) == pid:
+            try:
+                code = process.exitcode
+            except Exception:
+                return None
+            return code if isinstance(code, int) else None
+    return None
+
+
+def worker_lost(rt: Runtime, pid: int) -> None:
+    """The relay connection of worker `pid` closed before its final snapshot: it died (killed,
+    OOM, os._exit). Its records recorded by its last snapshot and never received are lost
+    ("killed worker"); its blocks in the tree are flagged partial."""
+    if pid <= 0:
+        return
+    workers = _workers(rt)
+    with rt.snapshots_lock:
+        snap = rt.snapshots.get(str(pid))
+    if snap is None or snap.get("final"):
+        return
+    with workers.lock:
+        if pid in workers.died:
+            return
+        received = workers.received.get(pid, 0)
+        code = _exit_code(pid)
+        how = (f"killed by signal {-code}" if code is not None and code < 0
+               else f"exit code {code}" if code is not None else "connection closed")
+        role = f"{snap.get('role') or 'worker'} {snap.get('index') or 0}"
+        note = (f"worker {role} (pid {pid}) died before it finished ({how}): its blocks since "
+                f"its last report are missing")
+        workers.died[pid] = note
+    recorded = int(snap.get("recorded") or 0)
+    lost = max(0, recorded - received)
+    rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
+    rt.stats.ledger.note(note)
+    with rt.snapshots_lock:
+        current = rt.snapshots.get(str(pid))
+        if current is not None:
+            current["died"] = note
+
+
+def before_final_flush(rt: Runtime) -> None:
+    """At shutdown, after the relay stopped: what relaying workers dropped before their
+    records reached this process (their span buffers were full) is lost for every sink
+    here too. (Workers whose connection closed without a final snapshot were handled by
+    `worker_lost`.)"""
+    dropped = 0
+    for snap in rt._relayed():
+        value = snap.get("dropped")
+        if isinstance(value, int):
+            dropped += value
+    rt.stats.add_dropped("buffer full", dropped, None,
+                         "worker processes' span buffers were full")
+
+
+def snapshot_extras(rt: Runtime) -> Snapshot:
+    """What a worker's snapshot adds for the parent's ledger: records it has recorded so far
+    (handed to its relay or still buffered) and whether this is its final word."""
+    return {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer), "final": rt.closed}
