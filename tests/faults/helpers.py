@@ -77,3 +77,11 @@ def exit_lines(stderr: str) -> list[str]:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "otel_rl", *args], capture_output=True,
                           text=True, timeout=120, cwd=ROOT, env=env())
+
+
+def shutdown_time(stderr: str) -> str:
+    """The workload's own measure of its `otel_rl.shutdown()` (printed, not asserted)."""
+    for line in stderr.splitlines():
+        if line.startswith("workload: shutdown took"):
+            return line.removeprefix("workload: ")
+    return "shutdown time not printed"

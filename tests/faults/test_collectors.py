@@ -1,7 +1,7 @@
 """Faulty collectors: every span of a run with a known block count ends delivered or counted
 lost, per sink, and the spans file never waits behind the collector (issue 16).
 
-The workload: a main process and 2 spawned workers × 4 threads (`workload.py`); its block
+The workload: a main process and 2 spawned workers x 4 threads (`workload.py`); its block
 count is exact, and the ledger (timers.json's ``otel_rl_ledger``) must add up exactly:
 recorded = delivered + lost, for the collector and for the file; the collector's delivered
 count equals the spans it answered 200 for; the file's equals the spans in the file.
@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.faults.collectors import Collector, collector, dead_endpoint
-from tests.faults.helpers import blocks, exit_lines, file_spans, ledger, lost, run_workload
+from tests.faults.helpers import (
+    blocks,
+    exit_lines,
+    file_spans,
+    ledger,
+    lost,
+    run_workload,
+    shutdown_time,
+)
 from tests.faults.workload import expected_blocks
 
 BLOCKS = 150
@@ -55,7 +63,7 @@ def test_healthy_collector_gets_everything(tmp_path: Path) -> None:
 
 
 def test_dead_collector(tmp_path: Path) -> None:
-    proc, elapsed = run_workload(tmp_path, "--endpoint", dead_endpoint(), "--blocks", str(BLOCKS),
+    proc, _ = run_workload(tmp_path, "--endpoint", dead_endpoint(), "--blocks", str(BLOCKS),
                                  "--shutdown-timeout", "2")
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
@@ -71,7 +79,7 @@ def test_dead_collector(tmp_path: Path) -> None:
 
 def test_collector_that_never_answers_keeps_the_deadline(tmp_path: Path) -> None:
     with collector("never") as c:
-        proc, elapsed = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
+        proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
                                      str(BLOCKS), "--shutdown-timeout", "2")
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
@@ -118,7 +126,7 @@ def test_collector_slower_than_the_deadline(tmp_path: Path, mode: str) -> None:
     # Answers after 60 s (or a byte every 2 s): shutdown gives up at its deadline, on a
     # kept-alive connection too, and counts every span it could not deliver.
     with collector(mode, delay=60.0 if mode == "slow" else 2.0) as c:
-        proc, elapsed = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
+        proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
                                      str(BLOCKS), "--shutdown-timeout", "2")
         accepted = c.accepted
     assert proc.returncode == 0, proc.stderr
@@ -159,4 +167,5 @@ def test_collector_timing_is_measured(tmp_path: Path) -> None:
     finally:
         c.close()
     assert proc.returncode == 0
-    print(f"TIMING never-answering collector, shutdown_timeout 2: run took {elapsed:.1f} s")
+    print(f"TIMING never-answering collector, shutdown_timeout 2: run took {elapsed:.1f} s; "
+          f"{shutdown_time(proc.stderr)}")

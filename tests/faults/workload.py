@@ -1,10 +1,10 @@
-"""The fault suite's workload: a main process and 2 spawned workers × 4 threads, each thread
+"""The fault suite's workload: a main process and 2 spawned workers x 4 threads, each thread
 running a known number of blocks, so every test knows exactly how many blocks were recorded.
 
     python -m tests.faults.workload OUT [--endpoint URL] [--blocks N] [--kill-worker I]
                                         [--after-kill N] [--hold S] ...
 
-Blocks: ``main`` (1) + per worker ``worker`` (1) + per thread N × (``step`` + ``inner``).
+Blocks: ``main`` (1) + per worker ``worker`` (1) + per thread N x (``step`` + ``inner``).
 `expected_blocks` says how many, for the tests.
 """
 
@@ -14,6 +14,7 @@ import argparse
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -87,6 +88,9 @@ def main() -> None:
                 f.write(" ".join(str(p.pid) for p in procs))
         for p in procs:
             p.join()
+    started = time.monotonic()
+    otel_rl.shutdown()
+    print(f"workload: shutdown took {time.monotonic() - started:.2f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -404,11 +405,29 @@ def parse_otlp_json_line(
         obj = parse_json(text, where, limits)
     except JSONInputError:
         if not line.endswith("\n"):
+            skipped = _torn.get()
+            if skipped is not None:  # --allow-partial: the run's writer died mid-line
+                skipped.append(f"{where} was cut off (its writer was killed or the disk "
+                               "filled) and was skipped")
+                return []
             raise UserError(
-                f"{where}: truncated record (the file ends mid-line; still being written?)"
+                f"{where}: truncated record (the file ends mid-line; still being written?); "
+                "--allow-partial skips it"
             ) from None
         raise
     return spans_from_document(obj, where)
+
+
+#: While a command runs with --allow-partial: the torn last lines skipped (see `skip_torn`).
+_torn: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("torn", default=None)
+
+
+def skip_torn_last_lines() -> list[str]:
+    """From now on (in this context), a spans file's last line cut off mid-record is skipped
+    rather than refused; the list returned collects one note per skipped line."""
+    skipped: list[str] = []
+    _torn.set(skipped)
+    return skipped
 
 
 def _is_json_line(line: str) -> bool:
