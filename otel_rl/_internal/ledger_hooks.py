@@ -12,7 +12,10 @@ import json
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from otel_rl._internal import log
 
@@ -28,6 +31,7 @@ __all__ = ["before_final_flush", "ledger_metadata", "output_dir", "relayed",
 #: Metadata keys of timers.json.
 DROPPED_KEY = "otel_rl_dropped_spans"
 LEDGER_KEY = "otel_rl_ledger"
+_orphan_lock = threading.Lock()
 #: A file in the output folder naming the run that writes there.
 RUN_MARK = ".otel-rl-run"
 
@@ -112,22 +116,39 @@ def relayed(rt: Runtime, batch: Batch) -> None:
         return
     workers = _workers(rt)
     with workers.lock:
+        if pid not in workers.received:
+            _remember_process(pid)
         workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
+
+
+#: pid -> the `multiprocessing` Process that runs it (while the program keeps it), so the
+#: exit code is known after `join()` took it out of multiprocessing's own list.
+_processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _remember_process(pid: int) -> None:
+    mp = sys.modules.get("multiprocessing.process")
+    for process in list(getattr(mp, "_children", ()) if mp is not None else ()):
+        try:
+            if process.pid == pid:
+                _processes[pid] = process
+        except (AttributeError, TypeError):
+            continue
 
 
 def _exit_code(pid: int) -> int | None:
     """The exit code `multiprocessing` saw for child `pid`, if it started it."""
-    mp = sys.modules.get("multiprocessing.process")
-    if mp is None:
+    process = _processes.get(pid)
+    if process is None:
+        _remember_process(pid)
+        process = _processes.get(pid)
+    if process is None:
         return None
-    for process in list(getattr(mp, "_children", ())):
-        if getattr(process, "pid", None) == pid:
-            try:
-                code = process.exitcode
-            except Exception:
-                return None
-            return code if isinstance(code, int) else None
-    return None
+    try:
+        code = process.exitcode
+    except Exception:
+        return None
+    return code if isinstance(code, int) else None
 
 
 def worker_lost(rt: Runtime, pid: int) -> None:
@@ -141,11 +162,16 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         snap = rt.snapshots.get(str(pid))
     if snap is None or snap.get("final"):
         return
+    code = _exit_code(pid)
+    for _ in range(20):  # the socket closes a moment before the process is gone
+        if code is not None:
+            break
+        time.sleep(0.05)
+        code = _exit_code(pid)
     with workers.lock:
         if pid in workers.died:
             return
         received = workers.received.get(pid, 0)
-        code = _exit_code(pid)
         how = (f"killed by signal {-code}" if code is not None and code < 0
                else f"exit code {code}" if code is not None else "connection closed")
         role = f"{snap.get('role') or 'worker'} {snap.get('index') or 0}"
@@ -180,3 +206,53 @@ def snapshot_extras(rt: Runtime) -> Snapshot:
     """What a worker's snapshot adds for the parent's ledger: records it has recorded so far
     (handed to its relay or still buffered) and whether this is its final word."""
     return {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer), "final": rt.closed}
+
+
+# -- orphans ---------------------------------------------------------------------------------
+
+def watch_parent(rt: Runtime) -> None:
+    """In a relaying worker (at start): when the parent goes away, `orphaned` takes over."""
+    client = rt.relay_client
+    if client is None:
+        return
+    rt._ledger_ppid = os.getppid()  # type: ignore[attr-defined]
+    client.on_broken = lambda batches: orphaned(rt, batches)
+
+
+def parent_gone(rt: Runtime) -> bool:
+    """Checked at each flush of a relaying worker (cheap): was it re-parented?"""
+    ppid = getattr(rt, "_ledger_ppid", None)
+    return ppid is not None and os.getppid() != ppid
+
+
+def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
+    """The parent process is gone (killed, or exited first): this worker stops relaying and
+    exports on its own, as a worker with no relay does: its own spans file (and collector)
+    from now on, its own timers.<pid>.json and aggregate, and at its end its open blocks cut
+    short. `batches` the relay could not take go there too."""
+    from otel_rl._internal.sinks.queue import SinkQueue
+
+    with _orphan_lock:
+        own: list[SinkQueue] | None = getattr(rt, "_ledger_own", None)
+        if own is None:
+            client = rt.relay_client
+            rt.relay_client = None  # from now on the runtime checkpoints on its own
+            if client is not None:
+                client.on_broken = lambda more: orphaned(rt, more)
+            if rt.output_dir is None and not rt.settings.endpoint:
+                rt.output_dir = os.path.join("otel-rl-runs", rt.run_id)
+            sinks = rt.own_sinks()
+            own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
+                   for sink in sinks for queue in rt.pipeline.queues[:1]]
+            rt._ledger_own = own  # type: ignore[attr-defined]
+            rt.pipeline.queues.extend(own)
+            rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
+            where = ", ".join(s.label or s.name for s in sinks) or "nowhere"
+            log.warning("otel_rl: worker %d: the parent process is gone; exporting its own "
+                        "spans to %s", os.getpid(), where)
+            for queue in own:
+                queue.start()
+    for queue in own:
+        queue.put(batches)
+        if rt.closed:  # shutdown is closing the queues already: this one drains and stops
+            queue.stop(time.monotonic() + min(2.0, rt.settings.shutdown_timeout))

@@ -249,6 +249,9 @@ class RelayClient(Sink):
         self._sock.connect(address)
         self._lock = threading.Lock()
         self._broken = False
+        #: Called (once) when the parent is gone, and then with each batch the relay could
+        #: not take, so the worker can write them itself (`ledger_hooks.orphaned`).
+        self.on_broken: Callable[[Sequence[Batch]], None] | None = None
 
     def _send(self, frame: bytes) -> bool:
         if self._broken:
@@ -259,7 +262,8 @@ class RelayClient(Sink):
                 return True
             except OSError as exc:
                 self._broken = True
-                self._stats.warn_once("relay", f"lost the parent process's relay: {exc}")
+                if self.on_broken is None:
+                    self._stats.warn_once("relay", f"lost the parent process's relay: {exc}")
                 return False
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
@@ -268,9 +272,14 @@ class RelayClient(Sink):
                 continue
             if self._send(encode_columns(batch)):
                 self._stats.add_exported(self.name, len(batch.records))
-            else:
+                continue
+            fallback = self.on_broken
+            if fallback is None:
                 self._stats.add_dropped("unreachable", len(batch.records), self.name,
                                         "lost the parent process's relay")
+            else:  # re-routed to this process's own sinks: the relay's ledger lets go of it
+                self._stats.ledger.offered(self.name, -len(batch.records))
+                fallback([batch])
 
     def send_snapshot(self, snapshot: Snapshot) -> None:
         self._send(_encode(KIND_SNAPSHOT, snapshot))

@@ -255,9 +255,16 @@ class Runtime:
 
             try:
                 self.relay_client = RelayClient(ctx.relay, self.stats)
+                ledger_hooks.watch_parent(self)
                 return [self.relay_client]
             except OSError:
                 log.info("otel_rl: parent relay unreachable; this process exports on its own")
+        return self.own_sinks()
+
+    def own_sinks(self) -> list[Sink]:
+        """The sinks of a process that exports on its own (the main process; a worker with
+        no parent relay, or whose parent is gone)."""
+        s = self.settings
         sinks: list[Sink] = []
         if s.endpoint:
             # Imported only with an endpoint: the transport pulls in ssl, http and gzip.
@@ -373,6 +380,8 @@ class Runtime:
                 **ledger_hooks.snapshot_extras(self)}
 
     def _on_flush(self, deadline: float) -> None:
+        if self.relay_client is not None and ledger_hooks.parent_gone(self):
+            ledger_hooks.orphaned(self)
         if self.relay_client is not None:
             self.relay_client.send_snapshot(self.snapshot())
         elif (not self.closed and not self.settings.disabled and time.monotonic()
@@ -506,6 +515,9 @@ class Runtime:
             self._final_span(end_ns)
         if self.spans_on:
             self._cut_short(end_ns)
+        # Counted before disarming: a block that ends after that (another thread, while the
+        # run shuts down) was not dropped for a full buffer, it ended after the run.
+        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
         # Stop recording spans; the trees keep aggregating as plain ML-Agents timers.
         recorder.disarm()
         for st in recorder.all_stacks():
@@ -515,7 +527,6 @@ class Runtime:
         gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
         if gpu is not None:
             gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
-        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
         self.stats.add_dropped("buffer full", buffer_drops, None,
                                f"the span buffer (max_buffer={self.settings.max_buffer}) was full")
         ledger_hooks.before_final_flush(self)  # workers that died: their missing blocks

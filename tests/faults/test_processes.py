@@ -1,0 +1,146 @@
+"""Process faults: a worker SIGKILLed, the parent SIGKILLed or SIGTERMed (its workers become
+orphans and export on their own), two runs in one folder (issue 16).
+
+Workload: `workload.py` (a main process, 2 spawned workers x 4 threads, known block count).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from tests.faults.collectors import wait_until
+from tests.faults.helpers import (
+    blocks,
+    cli,
+    exit_lines,
+    file_spans,
+    kind,
+    ledger,
+    run_workload,
+    shutdown_time,
+    start_workload,
+)
+from tests.faults.workload import expected_blocks
+
+BLOCKS = 150
+EXPECTED = expected_blocks(BLOCKS)
+
+
+def all_lines_whole(path: Path) -> None:
+    """Every line of a spans file is a whole JSON document ending in a newline."""
+    text = path.read_text()
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        json.loads(line)
+
+
+def test_sigkill_of_a_worker_is_noticed_and_its_blocks_are_partial(tmp_path: Path) -> None:
+    after = 25  # blocks the worker records after its last report, then it is killed
+    proc, _ = run_workload(tmp_path, "--blocks", str(BLOCKS), "--kill-worker", "0",
+                           "--after-kill", str(after))
+    assert proc.returncode == 0, proc.stderr
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
+    # Delivered: everything but the killed worker's open `worker` block and what it did
+    # after its last report (2 spans per step).
+    assert blocks(spans) == EXPECTED - 1
+    book = ledger(tmp_path)
+    assert book is not None
+    file = book["sinks"]["file"]
+    assert file["delivered"] == len(spans) == file["recorded"] - file["lost"].get("killed worker", 0)
+    (note,) = book["notes"]
+    assert "died before it finished (killed by signal 9)" in note
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("otel_rl:")]
+    assert "killed by signal 9" in line
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["complete"] is False and "killed by signal 9" in tree["notes"][0]
+    # Both readers say partial: timers.json and the tree rebuilt from the spans file.
+    assert cli("report", str(tmp_path / "timers.json")).returncode == 3
+    assert cli("tree", str(tmp_path / "spans.otlp.jsonl"), "-o",
+               str(tmp_path / "b.json")).returncode == 3
+    print(f"LEDGER sigkill worker: expected {EXPECTED + 2 * after} blocks / delivered "
+          f"{blocks(spans)} / counted lost {file['lost'].get('killed worker', 0)} + "
+          f"{2 * after + 1} after its last report (said, not countable)")
+
+
+def _orphan_files(out: Path) -> list[Path]:
+    return sorted(out.glob("spans.*.otlp.jsonl"))
+
+
+def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_own(
+        tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = start_workload(tmp_path, "--blocks", str(BLOCKS), "--hold", "4", "--ready",
+                          str(ready))
+    try:
+        assert wait_until(ready.exists, 60)
+        time.sleep(2.5)  # the workers' blocks have reached the parent's file
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    pids = [int(p) for p in ready.read_text().split()]
+    assert wait_until(lambda: len(_orphan_files(tmp_path)) == 2
+                      and all((tmp_path / f"timers.{pid}.json").exists() for pid in pids), 60)
+    main = tmp_path / "spans.otlp.jsonl"
+    all_lines_whole(main)
+    ids = set()
+    for path in [main, *_orphan_files(tmp_path)]:
+        all_lines_whole(path)
+        ids.update(s["spanId"] for s in file_spans(path) if kind(s) is None)
+    # Every block but the parent's own `main` (open when it died): the workers' `worker`
+    # blocks ended in the orphans' own files.
+    assert len(ids) == EXPECTED - 1
+    for path in [main, *_orphan_files(tmp_path)]:
+        assert cli("tree", str(path), "-o", str(tmp_path / "t.json")).returncode == 3
+    print(f"LEDGER sigkill parent: expected {EXPECTED} blocks / in files {len(ids)} / "
+          f"lost 1 (the parent's open block, died with it)")
+
+
+def test_sigterm_of_the_parent(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = start_workload(tmp_path, "--blocks", str(BLOCKS), "--hold", "4", "--ready",
+                          str(ready))
+    try:
+        assert wait_until(ready.exists, 60)
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM
+    pids = [int(p) for p in ready.read_text().split()]
+    assert wait_until(lambda: all((tmp_path / f"timers.{pid}.json").exists() for pid in pids), 60)
+    # The parent flushed: its timers.json, no spurious loss (blocks ending after the run
+    # was over are not "buffer full"), and nothing lost for its file.
+    assert ledger(tmp_path) is None, stderr
+    # (The orphans share its stderr: they lost nothing either, having written their own.)
+    assert exit_lines(stderr) == []
+    main = tmp_path / "spans.otlp.jsonl"
+    ids = set()
+    for path in [main, *_orphan_files(tmp_path)]:
+        all_lines_whole(path)
+        ids.update(s["spanId"] for s in file_spans(path) if kind(s) is None)
+    # The parent's `main` block was cut short (exported, count 0); the workers' `worker`
+    # blocks ended later, in their own files.
+    assert len(ids) == EXPECTED
+    print(f"LEDGER sigterm parent: expected {EXPECTED} blocks / in files {len(ids)} / lost 0")
+
+
+def test_two_runs_in_one_folder_never_overwrite(tmp_path: Path) -> None:
+    first, _ = run_workload(tmp_path, "--blocks", "5", "--workers", "1")
+    assert first.returncode == 0, first.stderr
+    before = (tmp_path / "timers.json").read_text()
+    second, _ = run_workload(tmp_path, "--blocks", "5", "--workers", "1")
+    assert second.returncode == 0, second.stderr
+    assert (tmp_path / "timers.json").read_text() == before
+    (line,) = [x for x in second.stderr.splitlines() if "already holds run" in x]
+    run_id = json.loads(before)["metadata"]["otel_rl_run_id"]
+    assert run_id in line
+    moved = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(moved) == 1 and (moved[0] / "timers.json").exists()
+    assert json.loads((moved[0] / "timers.json").read_text())["metadata"][
+        "otel_rl_run_id"] == moved[0].name
+    print(shutdown_time(second.stderr))
