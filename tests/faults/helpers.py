@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from otel_rl._internal.readers.boundary import parse_json
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,7 +40,8 @@ def start_workload(out: Path, *args: str) -> subprocess.Popen[str]:
 
 def ledger(out: Path) -> dict[str, Any] | None:
     """The ledger timers.json records (None: it says nothing was lost)."""
-    tree = json.loads((out / "timers.json").read_text())
+    # Through the readers' deep-safe JSON (a timers.json may be 10,000 blocks deep).
+    tree = parse_json((out / "timers.json").read_text(), "timers.json")
     text = tree["metadata"].get("otel_rl_ledger")
     assert (text is None) == ("otel_rl_dropped_spans" not in tree["metadata"])
     return None if text is None else json.loads(text)

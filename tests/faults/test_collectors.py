@@ -58,6 +58,7 @@ def test_healthy_collector_gets_everything(tmp_path: Path) -> None:
     spans = file_spans(tmp_path / "spans.otlp.jsonl")
     assert blocks(spans) == EXPECTED and accepted == len(spans)
     assert exit_lines(proc.stderr) == []
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER healthy: expected {len(spans)} / otlp delivered {accepted} / file "
           f"{len(spans)} / lost 0")
 
@@ -73,6 +74,7 @@ def test_dead_collector(tmp_path: Path) -> None:
     (line,) = exit_lines(proc.stderr)
     assert f"otlp {otlp['sink']}: {recorded} of {recorded} lost (unreachable {recorded})" in line
     assert f"file {tmp_path}/spans.otlp.jsonl: all {recorded} delivered" in line
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER dead: expected {recorded} / otlp delivered 0 / lost {lost(otlp)} "
           f"/ file {recorded}")
 
@@ -85,6 +87,7 @@ def test_collector_that_never_answers_keeps_the_deadline(tmp_path: Path) -> None
     book = ledger(tmp_path)
     recorded = check_file(tmp_path, book)
     otlp = check_otlp(book, recorded, 0, "timed out")
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER never: expected {recorded} / otlp delivered 0 / lost {lost(otlp)}")
 
 
@@ -102,6 +105,7 @@ def test_erroring_collector(tmp_path: Path, status: int, retry_after: int | None
     assert "unreachable" not in line and f"HTTP {status}" in line
     if retry_after and status == 503:
         assert "asked to retry after 8 s" in line
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER http {status} retry-after {retry_after}: expected {recorded} / otlp "
           f"delivered 0 / lost {lost(otlp)} {otlp['lost']}")
 
@@ -118,6 +122,7 @@ def test_slow_collector_in_time_gets_everything_and_the_file_does_not_wait(
     assert ledger(tmp_path) is None
     spans = file_spans(tmp_path / "spans.otlp.jsonl")
     assert blocks(spans) == EXPECTED and accepted == len(spans)
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER slow 0.5 s: expected {len(spans)} / otlp delivered {accepted} / lost 0")
 
 
@@ -134,6 +139,7 @@ def test_collector_slower_than_the_deadline(tmp_path: Path, mode: str) -> None:
     recorded = check_file(tmp_path, book)
     otlp = check_otlp(book, recorded, accepted, "timed out")
     assert accepted == 0
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER {mode}: expected {recorded} / otlp delivered 0 / lost {lost(otlp)}")
 
 
@@ -153,6 +159,7 @@ def test_small_buffer_with_a_slow_collector_counts_buffer_full_for_it_only(
     assert file["delivered"] + lost(file) == file["recorded"] == otlp["recorded"]
     assert otlp["delivered"] == accepted
     assert otlp["delivered"] + lost(otlp) == otlp["recorded"]
+    print(shutdown_time(proc.stderr))
     print(f"LEDGER small buffer + slow: recorded {otlp['recorded']} / otlp delivered "
           f"{accepted} lost {otlp['lost']} / file delivered {len(spans)} lost {file['lost']}")
 
