@@ -43,11 +43,13 @@ class SinkQueue:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start (or, after a stop, restart) the sink's thread."""
+        """Start (or, after a stop, restart) the sink's thread; what a stop left queued is
+        exported by the new thread."""
         with self._cond:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop = False
+            self._cap = float("inf")
         self._thread = start_daemon(f"otel_rl-sink-{self.name}", self._loop)
 
     def put(self, batches: Sequence[Batch]) -> None:
@@ -72,9 +74,9 @@ class SinkQueue:
             with self._cond:
                 while not self._items and not self._stop:
                     self._cond.wait(1.0)
-                if not self._items:
+                if self._stop and (not self._items or time.monotonic() >= self._cap):
                     self._cond.notify_all()
-                    return  # stopped, nothing left
+                    return  # stopped: nothing left, or the rest waits for a restart
                 batches, n = self._items.popleft()
                 self._busy = n
             try:
@@ -106,7 +108,8 @@ class SinkQueue:
             return True
 
     def stop(self, deadline: float) -> None:
-        """Ask the thread to finish what is queued by `deadline`, then return."""
+        """Ask the thread to export what is queued until `deadline`, then return (at once
+        with a deadline now: before a fork, say; `start` resumes with what is left)."""
         with self._cond:
             self._cap = deadline
             self._stop = True
