@@ -138,13 +138,13 @@ def run(args: argparse.Namespace) -> int:
     """
     from otel_rl._internal.cli._output import check_output_path, write_output
     from otel_rl._internal.cli.tree import mark_torn, partial_line
-    from otel_rl._internal.readers.otlp_json import skip_torn_last_lines
+    from otel_rl._internal.readers.otlp_json import torn_last_lines_skipped
     from otel_rl.renderers import crossworker, treeview
 
     if args.html is not None:
         check_output_path(args.html, "--html")
-    torn = skip_torn_last_lines() if args.allow_partial else []
-    tree, spans = load_input(args.input)
+    with torn_last_lines_skipped(args.allow_partial) as torn:
+        tree, spans = load_input(args.input)
     mark_torn(tree, torn)
     # Render everything first: a failure must not leave a half-written HTML file behind.
     page = None

@@ -118,20 +118,20 @@ def _from_aggregates_in_file(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Rebuild the tree and write it; 0, or 3 for a partial tree without --allow-partial."""
     from otel_rl._internal.cli._output import check_output_path, write_output
-    from otel_rl._internal.readers.otlp_json import skip_torn_last_lines
+    from otel_rl._internal.readers.otlp_json import torn_last_lines_skipped
     from otel_rl._internal.readers.semantics import check_span_set
     from otel_rl._internal.treebuild import build_tree
 
     if args.output is not None:
         check_output_path(args.output, "--output")
-    torn = skip_torn_last_lines() if args.allow_partial else []
-    tree = _from_aggregates_in_file(args)
-    if tree is None:
-        spans, source = _load(args)
-        if not spans:
-            raise UserError(f"no spans in {source}")
-        check_span_set(spans, source)
-        tree = build_tree(spans)
+    with torn_last_lines_skipped(args.allow_partial) as torn:
+        tree = _from_aggregates_in_file(args)
+        if tree is None:
+            spans, source = _load(args)
+            if not spans:
+                raise UserError(f"no spans in {source}")
+            check_span_set(spans, source)
+            tree = build_tree(spans)
     mark_torn(tree, torn)
     text = tree.to_json(indent=2) + "\n"
     if args.output is not None:

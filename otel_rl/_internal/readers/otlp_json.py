@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import contextvars
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -422,12 +423,16 @@ def parse_otlp_json_line(
 _torn: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("torn", default=None)
 
 
-def skip_torn_last_lines() -> list[str]:
-    """From now on (in this context), a spans file's last line cut off mid-record is skipped
-    rather than refused; the list returned collects one note per skipped line."""
+@contextlib.contextmanager
+def torn_last_lines_skipped(on: bool) -> Iterator[list[str]]:
+    """Inside (when `on`), a spans file's last line cut off mid-record is skipped rather than
+    refused; the list yielded collects one note per skipped line."""
     skipped: list[str] = []
-    _torn.set(skipped)
-    return skipped
+    token = _torn.set(skipped if on else None)
+    try:
+        yield skipped
+    finally:
+        _torn.reset(token)
 
 
 def _is_json_line(line: str) -> bool:
