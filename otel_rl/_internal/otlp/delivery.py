@@ -20,6 +20,7 @@ flush.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -108,6 +109,7 @@ class Delivery:
         self._failures = 0
         self._backoff_until = 0.0
         self._last_error: ExportError | None = None
+        self._aborted = threading.Event()
 
     @property
     def last_error(self) -> ExportError | None:
@@ -156,7 +158,9 @@ class Delivery:
         return outcome
 
     def abort(self) -> None:
-        """From another thread: wake a send blocked on the network (shutdown's deadline)."""
+        """From another thread: wake a send blocked on the network or in a backoff
+        (shutdown's deadline); it gives up at once."""
+        self._aborted.set()
         transport = self.transport
         if transport is not None:
             transport.abort()
@@ -187,9 +191,9 @@ class Delivery:
                     # The server asked for (or the backoff needs) more time than is left: say
                     # what the last answer was, not "unreachable".
                     return _GaveUp(self._last_error, self._backoff_until - now)
-                time.sleep(wait)
+                self._aborted.wait(wait)  # a backoff `abort` can cut short
                 now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if self._aborted.is_set() or (deadline is not None and now >= deadline):
                 return _GaveUp(self._last_error, 0.0)
             attempts += 1
             try:

@@ -127,14 +127,15 @@ class SinkQueue:
         except Exception:
             trouble = None
         reason, last = trouble or ("timed out", "")
-        if stuck:
-            try:
-                self.sink.abort()  # wake the blocked send; its outcome no longer counts
-            except Exception:
-                pass
+        # Settled (closed) first: what the woken send reports afterwards no longer counts.
         self._ledger.settle(self.name, reason,
                             f"{self.name}: not sent by the shutdown deadline ({shutdown_s:g} s)"
                             + (f"; last failure: {last}" if last else ""))
+        if stuck:
+            try:
+                self.sink.abort()  # wake the blocked send
+            except Exception:
+                pass
         with self._cond:
             self._items.clear()
             self._spans = 0
