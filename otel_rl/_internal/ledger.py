@@ -57,7 +57,9 @@ class Ledger:
     def offered(self, name: str, n: int) -> None:
         """`n` records were handed to sink `name`."""
         with self._lock:
-            self._account(name).offered += n
+            account = self._account(name)
+            if not account.closed:
+                account.offered += n
 
     def delivered(self, name: str, n: int) -> None:
         with self._lock:

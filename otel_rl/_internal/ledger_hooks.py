@@ -250,9 +250,11 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"
             log.warning("otel_rl: worker %d: the parent process is gone; exporting its own "
                         "spans to %s", os.getpid(), where)
-            for queue in own:
-                queue.start()
+            if not rt.closed:
+                for queue in own:
+                    queue.start()
     for queue in own:
-        queue.put(batches)
-        if rt.closed:  # shutdown is closing the queues already: this one drains and stops
-            queue.stop(time.monotonic() + min(2.0, rt.settings.shutdown_timeout))
+        if rt.closed:  # shutdown has stopped the queues: write them from this thread
+            queue.export_now(batches, time.monotonic() + min(2.0, rt.settings.shutdown_timeout))
+        else:
+            queue.put(batches)

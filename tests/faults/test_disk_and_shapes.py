@@ -76,8 +76,8 @@ def test_full_disk_keeps_timers_json_whole_lines_and_one_accurate_line(small_dis
             written.metadata.pop(key)  # and as it was when the aggregate was made
             again.metadata.pop(key, None)
         assert again == written
-    else:
-        assert "aggregate" in result.stderr
+    else:  # no final aggregate: built from the spans that fitted, and said to be partial
+        assert json.loads(rebuilt.read_text())["complete"] is False
     print(f"LEDGER disk full: recorded {file['recorded']} / file delivered {len(spans)} / "
           f"lost {file['lost']}")
 

@@ -69,6 +69,14 @@ class SinkQueue:
             self._stats.add_dropped("buffer full", n, self.name,
                                     f"{self.name}: its queue of {self.max_spans} spans was full")
 
+    def export_now(self, batches: Sequence[Batch], deadline: float) -> None:
+        """Offer `batches` and export them in the calling thread (shutdown has stopped this
+        queue's thread already)."""
+        n = span_count(batches)
+        if n:
+            self._ledger.offered(self.name, n)
+            self._export(list(batches), n, deadline)
+
     def _loop(self) -> None:
         while True:
             with self._cond:
@@ -87,8 +95,9 @@ class SinkQueue:
                     self._busy = 0
                     self._cond.notify_all()
 
-    def _export(self, batches: list[Batch], n: int) -> None:
-        deadline = min(time.monotonic() + self.export_timeout, self._cap)
+    def _export(self, batches: list[Batch], n: int, deadline: float | None = None) -> None:
+        if deadline is None:
+            deadline = min(time.monotonic() + self.export_timeout, self._cap)
         if deadline <= time.monotonic():
             return  # past shutdown's deadline: `close` counts it
         try:
