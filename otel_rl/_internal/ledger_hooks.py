@@ -239,6 +239,9 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             rt.relay_client = None  # from now on the runtime checkpoints on its own
             if client is not None:
                 client.on_broken = lambda more: orphaned(rt, more)
+                for queue in rt.pipeline.queues:
+                    if queue.sink is client:
+                        queue.retired = True  # new flushes go to the own sinks only
             if rt.output_dir is None and not rt.settings.endpoint:
                 rt.output_dir = os.path.join("otel-rl-runs", rt.run_id)
             sinks = rt.own_sinks()

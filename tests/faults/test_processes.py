@@ -7,6 +7,7 @@ Workload: `workload.py` (a main process, 2 spawned workers x 4 threads, known bl
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -72,7 +73,7 @@ def _orphan_files(out: Path) -> list[Path]:
 def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_own(
         tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    proc = start_workload(tmp_path, "--blocks", str(BLOCKS), "--hold", "4", "--ready",
+    proc = start_workload(tmp_path, "--blocks", str(BLOCKS), "--hold", "60", "--ready",
                           str(ready))
     try:
         assert wait_until(ready.exists, 60)
@@ -82,21 +83,29 @@ def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_ow
     finally:
         proc.kill()
     pids = [int(p) for p in ready.read_text().split()]
+    time.sleep(2.0)  # the orphans notice at their next flush (every 0.2 s)
+    for pid in pids:  # stop them while their `worker` blocks are open
+        os.kill(pid, signal.SIGTERM)
     assert wait_until(lambda: len(_orphan_files(tmp_path)) == 2
                       and all((tmp_path / f"timers.{pid}.json").exists() for pid in pids), 60)
     main = tmp_path / "spans.otlp.jsonl"
     all_lines_whole(main)
     ids = set()
+    cut_short = 0
     for path in [main, *_orphan_files(tmp_path)]:
         all_lines_whole(path)
-        ids.update(s["spanId"] for s in file_spans(path) if kind(s) is None)
-    # Every block but the parent's own `main` (open when it died): the workers' `worker`
-    # blocks ended in the orphans' own files.
+        for span in file_spans(path):
+            if kind(span) is None:
+                ids.add(span["spanId"])
+                cut_short += any(a["key"] == "otel_rl.cut_short" for a in span["attributes"])
+    # Every block but the parent's own `main` (open when it died); the orphans exported
+    # their open `worker` blocks cut short, into their own files.
     assert len(ids) == EXPECTED - 1
+    assert cut_short == 2
     for path in [main, *_orphan_files(tmp_path)]:
         assert cli("tree", str(path), "-o", str(tmp_path / "t.json")).returncode == 3
-    print(f"LEDGER sigkill parent: expected {EXPECTED} blocks / in files {len(ids)} / "
-          f"lost 1 (the parent's open block, died with it)")
+    print(f"LEDGER sigkill parent: expected {EXPECTED} blocks / in files {len(ids)} (2 cut "
+          f"short by the orphans) / lost 1 (the parent's open block, died with it)")
 
 
 def test_sigterm_of_the_parent(tmp_path: Path) -> None:

@@ -41,6 +41,8 @@ class SinkQueue:
         #: No export may run past this (set by `close`).
         self._cap = float("inf")
         self._thread: threading.Thread | None = None
+        #: Takes nothing new (a relay whose parent is gone); what it holds still goes out.
+        self.retired = False
 
     def start(self) -> None:
         """Start (or, after a stop, restart) the sink's thread; what a stop left queued is
@@ -54,7 +56,7 @@ class SinkQueue:
 
     def put(self, batches: Sequence[Batch]) -> None:
         n = span_count(batches)
-        if n == 0:
+        if n == 0 or self.retired:
             return
         self._ledger.offered(self.name, n)
         with self._cond:
