@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from otel_rl._internal.runtime import Runtime
     from otel_rl._internal.shapes import Snapshot
     from otel_rl._internal.sinks.base import Stats
+    from otel_rl._internal.sinks.queue import SinkQueue
 
 __all__ = ["before_final_flush", "ledger_metadata", "output_dir", "relayed",
            "timers_written", "worker_lost"]
@@ -31,7 +32,6 @@ __all__ = ["before_final_flush", "ledger_metadata", "output_dir", "relayed",
 #: Metadata keys of timers.json.
 DROPPED_KEY = "otel_rl_dropped_spans"
 LEDGER_KEY = "otel_rl_ledger"
-_orphan_lock = threading.Lock()
 #: A file in the output folder naming the run that writes there.
 RUN_MARK = ".otel-rl-run"
 
@@ -91,22 +91,20 @@ def output_dir(rt: Runtime, path: str | None) -> str | None:
 
 # -- workers ---------------------------------------------------------------------------------
 
-class Workers:
-    """What the main process knows of its relaying workers: records received per pid, the
-    last resource seen, and the workers that died."""
+class LedgerState:
+    """The ledger's process state, one per `Runtime` (`Runtime.ledger_state`): in the main
+    process, records received per relaying worker's pid, the `multiprocessing` Process of each pid (so
+    its exit code is known after `join()` took it out of multiprocessing's own list) and the
+    workers that died; in a relaying worker, its parent's pid and, once that parent is gone,
+    the queues of its own sinks."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.received: dict[int, int] = {}
         self.died: dict[int, str] = {}
-
-
-def _workers(rt: Runtime) -> Workers:
-    workers: Workers | None = getattr(rt, "_ledger_workers", None)
-    if workers is None:
-        workers = Workers()
-        rt._ledger_workers = workers  # type: ignore[attr-defined]
-    return workers
+        self.processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.parent_pid: int | None = None
+        self.own: list[SinkQueue] | None = None
 
 
 def relayed(rt: Runtime, batch: Batch) -> None:
@@ -114,34 +112,29 @@ def relayed(rt: Runtime, batch: Batch) -> None:
     pid = batch.resource.get("process.pid")
     if not isinstance(pid, int):
         return
-    workers = _workers(rt)
+    workers = rt.ledger_state
     with workers.lock:
         if pid not in workers.received:
-            _remember_process(pid)
+            _remember_process(workers, pid)
         workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
 
 
-#: pid -> the `multiprocessing` Process that runs it (while the program keeps it), so the
-#: exit code is known after `join()` took it out of multiprocessing's own list.
-_processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-
-def _remember_process(pid: int) -> None:
+def _remember_process(workers: LedgerState, pid: int) -> None:
     mp = sys.modules.get("multiprocessing.process")
     for process in list(getattr(mp, "_children", ()) if mp is not None else ()):
         try:
             if process.pid == pid:
-                _processes[pid] = process
+                workers.processes[pid] = process
         except (AttributeError, TypeError):
             continue
 
 
-def _exit_code(pid: int) -> int | None:
+def _exit_code(workers: LedgerState, pid: int) -> int | None:
     """The exit code `multiprocessing` saw for child `pid`, if it started it."""
-    process = _processes.get(pid)
+    process = workers.processes.get(pid)
     if process is None:
-        _remember_process(pid)
-        process = _processes.get(pid)
+        _remember_process(workers, pid)
+        process = workers.processes.get(pid)
     if process is None:
         return None
     try:
@@ -157,17 +150,17 @@ def worker_lost(rt: Runtime, pid: int) -> None:
     ("killed worker"); its blocks in the tree are flagged partial."""
     if pid <= 0:
         return
-    workers = _workers(rt)
+    workers = rt.ledger_state
     with rt.snapshots_lock:
         snap = rt.snapshots.get(str(pid))
     if snap is None or snap.get("final"):
         return
-    code = _exit_code(pid)
+    code = _exit_code(workers, pid)
     for _ in range(20):  # the socket closes a moment before the process is gone
         if code is not None:
             break
         time.sleep(0.05)
-        code = _exit_code(pid)
+        code = _exit_code(workers, pid)
     with workers.lock:
         if pid in workers.died:
             return
@@ -215,13 +208,13 @@ def watch_parent(rt: Runtime) -> None:
     client = rt.relay_client
     if client is None:
         return
-    rt._ledger_ppid = os.getppid()  # type: ignore[attr-defined]
+    rt.ledger_state.parent_pid = os.getppid()
     client.on_broken = lambda batches: orphaned(rt, batches)
 
 
 def parent_gone(rt: Runtime) -> bool:
     """Checked at each flush of a relaying worker (cheap): was it re-parented?"""
-    ppid = getattr(rt, "_ledger_ppid", None)
+    ppid = rt.ledger_state.parent_pid
     return ppid is not None and os.getppid() != ppid
 
 
@@ -232,8 +225,8 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
     short. `batches` the relay could not take go there too."""
     from otel_rl._internal.sinks.queue import SinkQueue
 
-    with _orphan_lock:
-        own: list[SinkQueue] | None = getattr(rt, "_ledger_own", None)
+    with rt.ledger_state.lock:
+        own = rt.ledger_state.own
         if own is None:
             client = rt.relay_client
             rt.relay_client = None  # from now on the runtime checkpoints on its own
@@ -247,7 +240,7 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             sinks = rt.own_sinks()
             own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
                    for sink in sinks for queue in rt.pipeline.queues[:1]]
-            rt._ledger_own = own  # type: ignore[attr-defined]
+            rt.ledger_state.own = own
             rt.pipeline.queues.extend(own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"

@@ -87,6 +87,7 @@ class Runtime:
         self.index = settings.worker_index if settings.worker_index is not None else (
             ctx.index if ctx else None)
         self.stats = Stats()
+        self.ledger_state = ledger_hooks.LedgerState()  # the ledger's view of workers and parent
         self.thread_names: dict[int, str] = {}
         self.snapshots: dict[str, Snapshot] = {}
         self.snapshots_lock = threading.Lock()
