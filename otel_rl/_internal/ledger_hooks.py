@@ -1,9 +1,10 @@
 """The runtime's side of the ledger: timers.json's ledger keys, the spans file's reserve,
-workers that died, and two runs sharing one output folder.
+workers that died, workers whose parent is gone, and two runs sharing one output folder.
 
-Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` calls
-`output_dir`, `relayed`, `worker_lost`, `before_final_flush`, `timers_written` and
-`ledger_metadata` at the points named by their docstrings.
+Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` holds one
+`LedgerState` and calls `output_dir`, `relayed`, `worker_lost`, `before_final_flush`,
+`timers_written`, `ledger_metadata`, `snapshot_extras`, `watch_parent`, `parent_gone` and
+`orphaned` at the points their docstrings name.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
     from otel_rl._internal.sinks.base import Stats
     from otel_rl._internal.sinks.queue import SinkQueue
 
-__all__ = ["before_final_flush", "ledger_metadata", "output_dir", "relayed",
-           "timers_written", "worker_lost"]
+__all__ = ["LedgerState", "before_final_flush", "ledger_metadata", "orphaned", "output_dir",
+           "parent_gone", "relayed", "snapshot_extras", "timers_written", "watch_parent",
+           "worker_lost"]
 
 #: Metadata keys of timers.json.
 DROPPED_KEY = "otel_rl_dropped_spans"
