@@ -153,3 +153,44 @@ def test_two_runs_in_one_folder_never_overwrite(tmp_path: Path) -> None:
     assert json.loads((moved[0] / "timers.json").read_text())["metadata"][
         "otel_rl_run_id"] == moved[0].name
     print(shutdown_time(second.stderr))
+
+
+def test_a_worker_that_dies_between_its_report_and_its_records_is_counted(
+        tmp_path: Path) -> None:
+    """Over the real relay: a worker reports 100 records, 60 arrive, its connection closes
+    without a final report. The parent counts 40 lost ("killed worker") for every sink."""
+    import otel_rl
+    from otel_rl._internal import runtime
+    from otel_rl._internal.otlp.records import Batch
+    from otel_rl._internal.relay import RelayClient
+    from otel_rl._internal.sinks.base import Stats
+    from otel_rl.timers import hierarchical_timer
+
+    otel_rl.configure(output_dir=str(tmp_path), spans="all", propagate=True,
+                      flush_interval=0.05)
+    with hierarchical_timer("main"):
+        rt = runtime.active()
+        assert rt is not None
+        address = rt.ensure_relay()
+        assert address is not None
+        client = RelayClient(address, Stats())
+        pid = 999_999_001
+        client.send_snapshot({"pid": pid, "role": "fake", "index": 0, "contributions": [],
+                              "gauges": {}, "recorded": 100, "final": False})
+        records = [(i + 1, rt.run_span_id, "step", 10 + i, 20 + i, 1, rt.trace.trace_id, None)
+                   for i in range(60)]
+        client.export([Batch({"process.pid": pid, "service.name": "fake"}, rt.offset_ns,
+                             records, {1: "main"})], 0.0)  # type: ignore[arg-type]
+        client.shutdown(0.0)  # the connection closes, no final report: it died
+        assert wait_until(lambda: pid in rt.ledger_state.died, 30)
+    otel_rl.shutdown()
+    book = ledger(tmp_path)
+    assert book is not None
+    assert book["upstream"] == {"killed worker": 40}
+    file = book["sinks"]["file"]
+    assert file["lost"] == {"killed worker": 40}
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
+    assert file["delivered"] == len(spans) == file["recorded"] - 40
+    assert sum(1 for s in spans if s["name"] == "step") == 60
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["complete"] is False and "fake 0" in tree["notes"][0]
