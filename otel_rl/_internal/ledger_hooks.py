@@ -65,9 +65,35 @@ def timers_written(rt: Runtime, size: int) -> None:
 
 def output_dir(rt: Runtime, path: str | None) -> str | None:
     """The output folder of this run. A folder another run already wrote to is never written
-    over: this run goes to a sub-folder named by its run id (said in one line)."""
+    over: this run goes to a sub-folder named by its run id (said in one line). Another run is
+    one with another run id, or the same run id in another process (a script re-run with a
+    fixed ``OTEL_RL_RUN_ID``); the same process configuring again continues its folder."""
     if path is None or rt.is_worker:
         return path
+    mine = f"{rt.run_id} {os.getpid()}"
+    mark = os.path.join(path, RUN_MARK)
+    try:
+        with open(mark, encoding="utf-8") as f:
+            other = f.read().strip()
+    except FileNotFoundError:
+        other = "" if not os.path.exists(os.path.join(path, "timers.json")) else "?"
+    except OSError:
+        return path  # unreadable: the writes will say what is wrong
+    if other and other != mine:
+        other_id = other.split(" ")[0] if other != "?" else "(unknown)"
+        name = rt.run_id if other_id != rt.run_id else f"{rt.run_id}-{os.getpid()}"
+        moved = os.path.join(path, name)
+        log.warning("otel_rl: %s already holds run %s; this run (%s) writes to %s", path,
+                    other_id, rt.run_id, moved)
+        path = moved
+        mark = os.path.join(path, RUN_MARK)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(mark, "w", encoding="utf-8") as f:
+            f.write(mine + "\n")
+    except OSError:
+        pass  # the sinks and timers.json report an unwritable folder themselves
+    return path
     mark = os.path.join(path, RUN_MARK)
     try:
         with open(mark, encoding="utf-8") as f:

@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from tests.faults.collectors import wait_until
 from tests.faults.helpers import (
+    ROOT,
     blocks,
     cli,
+    env,
     exit_lines,
     file_spans,
     kind,
@@ -194,3 +198,19 @@ def test_a_worker_that_dies_between_its_report_and_its_records_is_counted(
     assert sum(1 for s in spans if s["name"] == "step") == 60
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert tree["complete"] is False and "fake 0" in tree["notes"][0]
+
+
+def test_a_rerun_with_the_same_run_id_does_not_overwrite_either(tmp_path: Path) -> None:
+    environ = env()
+    environ["OTEL_RL_RUN_ID"] = "fixed-id"
+    script = ("import otel_rl\nfrom otel_rl.timers import hierarchical_timer as h\n"
+              f"otel_rl.configure(output_dir={str(tmp_path)!r})\nwith h('x'):\n    pass\n")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT, env=environ) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs)
+    first = (tmp_path / "timers.json").read_text()
+    assert "already holds run fixed-id" in runs[1].stderr
+    (moved,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert moved.name == f"fixed-id-{moved.name.rsplit('-', 1)[1]}"
+    assert (moved / "timers.json").exists()
+    assert (tmp_path / "timers.json").read_text() == first  # the first run's, untouched
