@@ -205,10 +205,13 @@ def test_a_rerun_with_the_same_run_id_does_not_overwrite_either(tmp_path: Path) 
     environ["OTEL_RL_RUN_ID"] = "fixed-id"
     script = ("import otel_rl\nfrom otel_rl.timers import hierarchical_timer as h\n"
               f"otel_rl.configure(output_dir={str(tmp_path)!r})\nwith h('x'):\n    pass\n")
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT, env=environ) for _ in range(2)]
-    assert all(r.returncode == 0 for r in runs)
-    first = (tmp_path / "timers.json").read_text()
+    runs = []
+    for _ in range(2):
+        runs.append(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                   text=True, timeout=120, cwd=ROOT, env=environ))
+        assert runs[-1].returncode == 0, runs[-1].stderr
+        if len(runs) == 1:
+            first = (tmp_path / "timers.json").read_text()
     assert "already holds run fixed-id" in runs[1].stderr
     (moved,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert moved.name == f"fixed-id-{moved.name.rsplit('-', 1)[1]}"
