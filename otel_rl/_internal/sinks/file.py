@@ -74,8 +74,8 @@ class FileSink(Sink):
         assert self._fd is not None
         try:
             st = os.fstatvfs(self._fd)
-        except OSError:
-            return  # no statvfs here: the write itself will say
+        except (OSError, AttributeError):
+            return  # no statvfs here (Windows): the write itself will say
         if st.f_bavail * st.f_frsize - size < self.reserve:
             raise OSError(errno.ENOSPC, f"fewer than {self.reserve} bytes would be left free "
                                         "(kept for timers.json)")
