@@ -63,9 +63,10 @@ def test_healthy_collector_gets_everything(tmp_path: Path) -> None:
           f"{len(spans)} / lost 0")
 
 
-def test_dead_collector(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_dead_collector(tmp_path: Path, protocol: str) -> None:
     proc, _ = run_workload(tmp_path, "--endpoint", dead_endpoint(), "--blocks", str(BLOCKS),
-                                 "--shutdown-timeout", "2")
+                           "--shutdown-timeout", "2", "--protocol", protocol)
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
     recorded = check_file(tmp_path, book)  # the file did not wait behind the collector
@@ -75,7 +76,7 @@ def test_dead_collector(tmp_path: Path) -> None:
     assert f"otlp {otlp['sink']}: {recorded} of {recorded} lost (unreachable {recorded})" in line
     assert f"file {tmp_path}/spans.otlp.jsonl: all {recorded} delivered" in line
     print(shutdown_time(proc.stderr))
-    print(f"LEDGER dead: expected {recorded} / otlp delivered 0 / lost {lost(otlp)} "
+    print(f"LEDGER dead ({protocol}): expected {recorded} / otlp delivered 0 / lost {lost(otlp)} "
           f"/ file {recorded}")
 
 

@@ -56,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--endpoint")
+    parser.add_argument("--protocol", default="http/protobuf")
     parser.add_argument("--blocks", type=int, default=200)
     parser.add_argument("--workers", type=int, default=WORKERS)
     parser.add_argument("--threads", type=int, default=THREADS)
@@ -73,7 +74,7 @@ def main() -> None:
         shutdown_timeout=args.shutdown_timeout, max_buffer=args.max_buffer,
         timeout=args.timeout)
     if args.endpoint:
-        settings.update(endpoint=args.endpoint, protocol="http/protobuf")
+        settings.update(endpoint=args.endpoint, protocol=args.protocol)
     otel_rl.configure(**settings)  # type: ignore[arg-type]
     ctx = mp.get_context("spawn")
     with hierarchical_timer("main"):
