@@ -110,6 +110,8 @@ class Delivery:
         self._backoff_until = 0.0
         self._last_error: ExportError | None = None
         self._aborted = threading.Event()
+        self._poke = threading.Event()
+        self._limit: float | None = None
 
     @property
     def last_error(self) -> ExportError | None:
@@ -157,10 +159,17 @@ class Delivery:
             break
         return outcome
 
+    def limit(self, deadline: float) -> None:
+        """From another thread: no send (one under way included) goes past `deadline` (a
+        shutdown starting): a backoff that would outlast it gives up now."""
+        self._limit = None if deadline == float("inf") else deadline
+        self._poke.set()
+
     def abort(self) -> None:
         """From another thread: wake a send blocked on the network or in a backoff
         (shutdown's deadline); it gives up at once."""
         self._aborted.set()
+        self._poke.set()
         transport = self.transport
         if transport is not None:
             transport.abort()
@@ -183,7 +192,10 @@ class Delivery:
     def _send_one(self, transport: OtlpTransport, request: bytes,
                   deadline: float | None) -> Exception | None:
         attempts = 0
+        asked = deadline
         while True:
+            # A `limit` set meanwhile (shutdown) shortens a send already under way.
+            deadline = asked if self._limit is None else min(asked or self._limit, self._limit)
             now = time.monotonic()
             wait = self._backoff_until - now
             if wait > 0:
@@ -191,8 +203,9 @@ class Delivery:
                     # The server asked for (or the backoff needs) more time than is left: say
                     # what the last answer was, not "unreachable".
                     return _GaveUp(self._last_error, self._backoff_until - now)
-                self._aborted.wait(wait)  # a backoff `abort` can cut short
-                now = time.monotonic()
+                self._poke.wait(wait)  # `limit` and `abort` cut a backoff short
+                self._poke.clear()
+                continue
             if self._aborted.is_set() or (deadline is not None and now >= deadline):
                 return _GaveUp(self._last_error, 0.0)
             attempts += 1

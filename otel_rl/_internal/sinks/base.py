@@ -36,6 +36,10 @@ class Sink(ABC):
         from another thread, so it must not wait for a lock `export` holds."""
         return
 
+    def limit(self, deadline: float) -> None:
+        """From another thread: sends under way must end by `deadline` (shutdown began)."""
+        return
+
     def failing(self) -> tuple[str, str] | None:
         """The sink's current trouble as (ledger reason, one line), None if none is known:
         what shutdown could not send is lost for that reason ("unreachable" while the

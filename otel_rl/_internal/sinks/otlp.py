@@ -76,6 +76,9 @@ class OtlpSink(Sink):
     def abort(self) -> None:
         self._delivery.abort()
 
+    def limit(self, deadline: float) -> None:
+        self._delivery.limit(deadline)
+
     def failing(self) -> tuple[str, str] | None:
         last = self._delivery.last_error
         if last is None:

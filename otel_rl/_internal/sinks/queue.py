@@ -52,6 +52,10 @@ class SinkQueue:
                 return
             self._stop = False
             self._cap = float("inf")
+        try:
+            self.sink.limit(float("inf"))
+        except Exception:
+            pass
         self._thread = start_daemon(f"otel_rl-sink-{self.name}", self._loop)
 
     def put(self, batches: Sequence[Batch]) -> None:
@@ -125,6 +129,10 @@ class SinkQueue:
             self._cap = deadline
             self._stop = True
             self._cond.notify_all()
+        try:
+            self.sink.limit(deadline)  # a send under way (a collector backing off) too
+        except Exception:
+            pass
 
     def close(self, deadline: float, shutdown_s: float) -> None:
         """After `stop`: wait for the thread until `deadline`; what is left then is lost
