@@ -530,7 +530,7 @@ class Runtime:
             gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
         self.stats.add_dropped("buffer full", buffer_drops, None,
                                f"the span buffer (max_buffer={self.settings.max_buffer}) was full")
-        ledger_hooks.before_final_flush(self)  # workers that died: their missing blocks
+        ledger_hooks.before_final_flush(self)  # what relaying workers dropped (full buffers)
         tree = None
         if not self.settings.disabled and self.relay_client is None:
             # One snapshot for both: the aggregate exported now and the timers.json after it.
