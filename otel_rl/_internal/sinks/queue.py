@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Sink, Stats, span_count
-from otel_rl._internal.threads import start_daemon
+from otel_rl._internal.threads import Daemon, start_daemon, stopping
 
 __all__ = ["SinkQueue"]
 
@@ -40,7 +40,7 @@ class SinkQueue:
         self._stop = False
         #: No export may run past this (set by `close`).
         self._cap = float("inf")
-        self._thread: threading.Thread | None = None
+        self._thread: Daemon | None = None
         #: Takes nothing new (a relay whose parent is gone); what it holds still goes out.
         self.retired = False
 
@@ -56,7 +56,11 @@ class SinkQueue:
             self.sink.limit(float("inf"))
         except Exception:
             pass
-        self._thread = start_daemon(f"otel_rl-sink-{self.name}", self._loop)
+        self._thread = start_daemon(f"otel_rl-sink-{self.name}", self._loop, wake=self._wake)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def put(self, batches: Sequence[Batch]) -> None:
         n = span_count(batches)
@@ -86,8 +90,10 @@ class SinkQueue:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._items and not self._stop:
+                while not self._items and not self._stop and not stopping():
                     self._cond.wait(1.0)
+                if stopping():  # a fork: `threads` starts this loop again after it
+                    return
                 if self._stop and (not self._items or time.monotonic() >= self._cap):
                     self._cond.notify_all()
                     return  # stopped: nothing left, or the rest waits for a restart
