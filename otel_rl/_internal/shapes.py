@@ -117,6 +117,11 @@ class Snapshot(TypedDict, total=False):
     #: Training scalars (`metrics.record_scalar`): [category, tag, value, step, time ns].
     scalars: list[list[object]]
     children: list[Snapshot]
+    #: For the parent's ledger (`ledger_hooks`): records recorded so far, whether this is the
+    #: worker's last snapshot, and (set by the parent) why a worker that died is partial.
+    recorded: int
+    final: bool
+    died: str
 
 
 class MainWorker(TypedDict):
