@@ -22,6 +22,9 @@ def env() -> dict[str, str]:
     for key in list(environ):
         if key.startswith(("OTEL_RL_", "OTEL_EXPORTER", "TRACEPARENT")):
             del environ[key]
+    # These collectors count every POST as spans: the run's OTLP metrics (on by default with
+    # an endpoint) are not what these tests are about (tests/test_metrics.py covers them).
+    environ["OTEL_RL_METRICS"] = "false"
     return environ
 
 
