@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from otel_rl._internal import carrier, recorder, runtime
+from otel_rl._internal import carrier, recorder, runtime, torchrun
 
 if TYPE_CHECKING:
     from inspect import Signature
@@ -253,7 +253,8 @@ def inject_env(env: Mapping[str, str] | Mapping[bytes, bytes] | None = None
     if any(isinstance(key, bytes) for key in base):
         return None
     result = dict(cast("Mapping[str, str]", base))
-    handed_down = make_carrier(for_process=True, role="subprocess")
+    role, index = torchrun.child_role(result) or ("subprocess", None)
+    handed_down = make_carrier(for_process=True, role=role, index=index)
     if handed_down:
         carrier.to_env(handed_down, result)
     return result

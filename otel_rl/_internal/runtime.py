@@ -135,7 +135,11 @@ class Runtime:
             self.trace = Trace(external_trace or aggregates.run_trace_id(self.run_id),
                                self.budget, buffer)
             self.trace.n = 1  # reserved for the run span
-            self.run_span_id = recorder.new_span_id()
+            # Derived from a run id given from outside, so that a process sharing only that id
+            # (another torchrun node) can hang under it; drawn otherwise (deterministic under
+            # otel_rl.testing).
+            self.run_span_id = (aggregates.run_span_id(self.run_id) if settings.run_id_given
+                                else recorder.new_span_id())
             self.base = None  # set in attach(), from the run stack's thread
             self.root_run = (self.trace.trace_id, self.run_span_id)
         self.windower: Any = None
@@ -322,6 +326,13 @@ class Runtime:
         else:
             trace.budget += share
         return trace
+
+    def set_role(self, role: str, index: int) -> None:
+        """Name this worker process's role from what it turned out to run (an RLlib EnvRunner
+        in a Ray actor): in its spans' resource from now on and in its snapshots."""
+        self.role, self.index = role, index
+        self.resource[semconv.WORKER_ROLE] = role
+        self.resource[semconv.WORKER_INDEX] = index
 
     def next_index(self, role: str) -> int:
         """The next worker index for `role` (0, 1, ...), counted in this process."""
