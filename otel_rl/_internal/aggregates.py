@@ -164,6 +164,7 @@ def build(collected: Collected) -> tuple[TimersDict, list[str]]:
         root_total, gauges, metadata = first["root_total"], first["gauges"], first["metadata"]
         places = list(first.get("places") or [])
         main_worker = first.get("main")  # the run's own thread's role (`components.main_role`)
+        notes.extend(str(note) for note in first.get("notes") or ())
     tree = wholerun.build(local=local, snapshots=[*snapshots, *workers], root_total=root_total,
                           gauges=gauges, metadata=metadata, places=places, main=main_worker)
     return tree, notes

@@ -285,10 +285,17 @@ def _patch_pool(module: ModuleType) -> None:
 
 #: Modules patched when they are imported (at once if they already are): a worker that never
 #: uses a pool does not pay for importing one (~6 ms of start-up).
+def _patch_ray(module: ModuleType) -> None:
+    from otel_rl._internal.ray_support import patches  # Ray tasks and actors
+
+    patches.install()
+
+
 _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "concurrent.futures.process": _patch_process_pool,
     "concurrent.futures.thread": _patch_thread_pool,
     "multiprocessing.pool": _patch_pool,
+    "ray": _patch_ray,
 }
 
 

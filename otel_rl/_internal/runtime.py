@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -92,6 +92,12 @@ class Runtime:
         self.relay_client: RelayClient | None = None
         self.remote_traces: dict[int, Trace] = {}
         self.role_counters: dict[str, int] = {}
+        # Engine hooks (`ray_support`): feeds run at every flush before the drain (records
+        # and snapshots arriving by other channels than the relay socket); finishers once at
+        # shutdown, before the last tree; notes say what the whole-run tree lacks.
+        self.feeds: list[Callable[[float], None]] = []
+        self.finishers: list[Callable[[float], None]] = []
+        self.notes: list[str] = []
         self.output_dir = self._output_dir()
         self.resource = self._resource()
         self.start_ns = recorder.now_ns()
@@ -252,6 +258,12 @@ class Runtime:
         if s.disabled:
             return []
         ctx = self.ctx
+        if ctx is not None and ctx.relay and ctx.relay.startswith("ray:"):
+            # A Ray worker: records go to the driver through Ray itself (any node).
+            from otel_rl._internal.ray_support.sink import RaySink
+
+            self.relay_client = RaySink(ctx.relay, self.stats)
+            return [self.relay_client]
         if ctx is not None and ctx.relay:
             from otel_rl._internal.relay import RelayClient
 
@@ -376,6 +388,8 @@ class Runtime:
                 "children": children}
 
     def _on_flush(self, deadline: float) -> None:
+        for feed in list(self.feeds):
+            feed(deadline)
         if self.relay_client is not None:
             self.relay_client.send_snapshot(self.snapshot())
         elif (not self.closed and not self.settings.disabled and time.monotonic()
@@ -385,6 +399,8 @@ class Runtime:
             self.checkpoint(recorder.now_ns(), final=False)
 
     def _after_flush(self) -> None:
+        if self.relay_client is not None:
+            self.relay_client.after_flush()
         tree, self.pending_timers = self.pending_timers, None
         if tree is not None:
             self._write_timers_dict(tree)
@@ -484,7 +500,8 @@ class Runtime:
         return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
                 "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
-                "places": placement.places(), "main": self._main_worker(run_stack)}
+                "places": placement.places(), "main": self._main_worker(run_stack),
+                "notes": list(self.notes)}
 
     def whole_run_tree(self, end_ns: int) -> TimersDict:
         return wholerun.build(**self.tree_inputs(end_ns))
@@ -502,6 +519,11 @@ class Runtime:
 
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        for finish in list(self.finishers):
+            try:
+                finish(deadline)
+            except Exception as exc:
+                self.stats.warn_once("finisher", f"a shutdown step failed: {exc!r}")
         end_ns = recorder.now_ns()
         components = sys.modules.get("otel_rl._internal.components")
         if components is not None:  # Sample Factory components end with the run

@@ -1,0 +1,126 @@
+"""What otel_rl patches in Ray: submission everywhere; init, shutdown and kill in a driver."""
+
+
+from __future__ import annotations
+
+import atexit
+import time
+from typing import Any
+
+from otel_rl._internal import log, runtime
+from otel_rl._internal.ray_support import _shim, calls
+
+_installed = False
+_driver: Any = None  # driver.Driver of this process's Ray session, if it is the run's driver
+#: Seconds `ray.kill` waits for the actor's last delivery before killing it.
+KILL_FLUSH_TIMEOUT = 2.0
+
+
+def current_driver() -> Any:
+    return _driver
+
+
+def install(in_worker: bool = False) -> None:
+    """Patch Ray (once): submission everywhere; init/shutdown/kill in a driver."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    try:
+        calls.patch_submit()
+    except Exception as exc:
+        log.warning("otel_rl: Ray calls will not carry context (%r)", exc)
+    if in_worker:
+        return
+    try:
+        _patch_driver()
+    except Exception as exc:
+        log.warning("otel_rl: Ray workers will not join the run (%r)", exc)
+
+
+def _patch_driver() -> None:
+    import ray
+    import ray._private.worker as ray_worker
+
+    original_init, original_shutdown, original_kill = (
+        ray_worker.init, ray_worker.shutdown, ray_worker.kill)
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        global _driver
+        rt = runtime.active()
+        address = kwargs.get("address", args[0] if args else None)
+        if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
+                or ray.is_initialized() or kwargs.get("local_mode")
+                or (isinstance(address, str) and address.startswith("ray://"))):
+            return original_init(*args, **kwargs)
+        from otel_rl._internal.ray_support.driver import Driver
+
+        driver = None
+        try:
+            driver = Driver(rt)
+            kwargs["runtime_env"] = driver.runtime_env(kwargs.get("runtime_env"))
+        except Exception as exc:
+            rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+            driver = None
+        result = original_init(*args, **kwargs)
+        if driver is not None:
+            try:
+                driver.start_collector()
+                _driver = driver
+                rt.feeds.append(driver.feed)
+                rt.finishers.append(lambda deadline: driver.finish(deadline, "the run ended"))
+            except Exception as exc:
+                rt.stats.warn_once("ray-collector", f"cannot start the Ray collector: {exc!r}")
+        return result
+
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
+        _finish("ray.shutdown()")
+        return original_shutdown(*args, **kwargs)
+
+    def kill(actor: Any, *args: Any, **kwargs: Any) -> Any:
+        driver = _driver
+        if driver is not None and not driver.finished:
+            _flush_before_kill(driver, actor)
+        return original_kill(actor, *args, **kwargs)
+
+    for new, old in ((init, original_init), (shutdown, original_shutdown),
+                     (kill, original_kill)):
+        name = str(getattr(old, "__name__", ""))
+        new.__name__, new.__doc__ = name, old.__doc__
+        new.__wrapped__ = old  # type: ignore[attr-defined]
+        setattr(ray_worker, name, new)
+        if getattr(ray, name, None) is old:
+            setattr(ray, name, new)
+    # Runs before Ray's own exit handler (registered when ray was imported, before this).
+    atexit.register(_finish, "the program exited")
+
+
+def _finish(reason: str) -> None:
+    global _driver
+    driver = _driver
+    if driver is None:
+        return
+    _driver = None
+    rt = driver.rt
+    try:
+        driver.finish(time.monotonic() + rt.settings.shutdown_timeout, reason)
+    except Exception as exc:
+        rt.stats.warn_once("ray-finish", f"cannot collect Ray workers' last records: {exc!r}")
+    try:
+        rt.feeds.remove(driver.feed)
+    except ValueError:
+        pass
+
+
+def _flush_before_kill(driver: Any, actor: Any) -> None:
+    """Let the actor deliver what it holds before `ray.kill` ends it (bounded)."""
+    import ray
+
+    try:
+        key = ray.get(actor.__ray_call__.remote(_shim.flush_in_actor),
+                      timeout=KILL_FLUSH_TIMEOUT)
+    except Exception:
+        return  # busy or gone: what it held is counted at the end if it was busy
+    driver.feed(time.monotonic() + KILL_FLUSH_TIMEOUT)
+    if key:
+        driver.forget(key)

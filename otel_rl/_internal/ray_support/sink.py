@@ -1,0 +1,136 @@
+"""A Ray worker's delivery to the driver: one push to the run's collector actor per flush.
+
+Ray's own channel, so it works from any node (no socket, file or clock shared with the
+driver). The frames are the relay's (records as column frames, the tree snapshot as a
+snapshot frame); the collector only holds them until the driver drains it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from otel_rl._internal import relay
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.relay import RelayClient
+from otel_rl._internal.shapes import Snapshot
+from otel_rl._internal.sinks.base import Stats
+
+#: The prefix of a joining carrier's ``relay`` that names a Ray collector, not a socket.
+RELAY_PREFIX = "ray:"
+#: Seconds a push may take before its records are counted lost.
+PUSH_TIMEOUT = 10.0
+
+
+class RaySink(RelayClient):
+    """A Ray worker's end of the delivery: one push to the run's collector per flush.
+
+    A push carries the worker's key (node id : pid), the frames (records as relay column
+    frames, the snapshot as a relay snapshot frame), and ``meta``: a sequence number, the
+    number of records, whether calls were running (``busy``: if the worker dies before its
+    next push, the driver counts it lost), whether this push answers the driver's request for
+    a last delivery, and whether it is this process's last (``final``)."""
+
+    name = "ray"
+
+    def __init__(self, address: str, stats: Stats) -> None:  # no socket: see RelayClient
+        namespace, _, collector = address[len(RELAY_PREFIX):].partition("/")
+        self.address = address
+        self._namespace = namespace or None
+        self._collector = collector
+        self._stats = stats
+        self._lock = threading.Lock()
+        self._broken = False
+        self._handle: Any = None
+        self._frames: list[bytes] = []
+        self._records = 0
+        self._snapshot: Snapshot | None = None
+        self.seq = 0
+        self.key = ""
+        self.final = False
+        self.index_given = False
+        self._answering = False
+        self._notified_busy = False
+        self._last_busy = True
+        self.pushes = 0
+        #: Calls running now, and what starts a flush at once (set by `worker.join`).
+        self.running: Callable[[], int] = lambda: 0
+        self.wake: Callable[[], None] = lambda: None
+
+    def _connect(self) -> Any:
+        if self._handle is None:
+            import ray
+
+            if not ray.is_initialized():
+                return None
+            self._handle = ray.get_actor(self._collector, namespace=self._namespace)
+            node = ray.get_runtime_context().get_node_id()
+            self.key = f"{node[:12]}:{os.getpid()}"
+        return self._handle
+
+    def export(self, batches: Sequence[Batch], deadline: float) -> None:
+        for batch in batches:
+            if batch.records:
+                self._frames.append(relay.encode_columns(batch))
+                self._records += len(batch.records)
+
+    def send_snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def after_flush(self) -> None:
+        self._push()
+
+    def note_busy(self) -> None:
+        """A call starts: if the last push said idle, tell the driver now (not waited for),
+        so a worker killed before its next push is counted, not presumed idle."""
+        if self._last_busy or self._notified_busy:
+            return
+        self._notified_busy = True
+        handle = self._handle
+        if handle is not None:
+            try:
+                handle.push.remote(self.key, {"seq": self.seq, "busy": True, "notice": True},
+                                   [])
+            except Exception:
+                pass
+
+    def _push(self) -> None:
+        with self._lock:
+            frames, records = self._frames, self._records
+            self._frames, self._records = [], 0
+            snapshot, self._snapshot = self._snapshot, None
+            if snapshot is not None:
+                frames.append(relay._encode(relay.KIND_SNAPSHOT, snapshot))
+            if not frames and not self.final and not self._answering:
+                return
+            busy = self.running() > 0 or self._notified_busy
+            self._notified_busy = False
+            try:
+                handle = self._connect()
+                if handle is None:
+                    raise RuntimeError("not connected to Ray")
+                import ray
+
+                self.seq += 1
+                meta = {"seq": self.seq, "records": records, "busy": busy,
+                        "answer": self._answering, "final": self.final, "pid": os.getpid(),
+                        "index_given": self.index_given}
+                asked = ray.get(handle.push.remote(self.key, meta, frames),
+                                timeout=PUSH_TIMEOUT)
+                self.pushes += 1
+            except Exception as exc:
+                self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
+                self._stats.add_dropped("ray delivery failed", records)
+                return
+            self._last_busy = busy
+            self._stats.add_exported(self.name, records)
+            if asked and not self._answering:
+                # The driver wants a last delivery: one more flush now, drained after this.
+                self._answering = True
+                self.wake()
+
+    def shutdown(self, deadline: float) -> None:
+        self.final = True
+        self._push()
