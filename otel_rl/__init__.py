@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import propagation, rllib, runtime
+from otel_rl._internal import propagation, runtime
 from otel_rl._internal.config import Compression, Protocol, SpanPolicy, settings_doc
 from otel_rl._internal.propagation import attach_context, get_context, inject_env
 from otel_rl._internal.runtime import VERSION as __version__
@@ -115,7 +115,6 @@ def configure(
     rt = runtime.configure(arguments)
     if rt.settings.propagate and not rt.settings.disabled:
         propagation.install()
-    rllib.install()  # RLlib's own timers as blocks, once it is imported (see `rllib`)
 
 
 configure.__doc__ = """Turn spans on for this process (and, automatically, its threads and worker

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from otel_rl._internal import carrier, recorder, runtime, torchrun
+from otel_rl._internal import carrier, recorder, rllib, runtime, torchrun
 
 if TYPE_CHECKING:
     from inspect import Signature
@@ -296,6 +296,7 @@ _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "concurrent.futures.thread": _patch_thread_pool,
     "multiprocessing.pool": _patch_pool,
     "ray": _patch_ray,
+    **rllib.PATCHES,  # RLlib's own timers as blocks, its actors' roles
 }
 
 

@@ -15,9 +15,9 @@ connector pipelines). Patched here:
   role: ``EnvRunner`` with its ``worker_index``, ``Learner`` with its learner index, for the
   cross-worker view. The driver's local EnvRunner and Learner leave the run's role alone.
 
-Nothing is imported or patched until RLlib's own modules are: `install` puts a finder on
-``sys.meta_path`` that patches each module right after it is executed (the zero-code start-up
-hook and `otel_rl.configure` install it). Every patch is fail-open: an error in otel_rl's part
+Nothing is imported or patched until RLlib's own modules are: `PATCHES` joins the modules
+`propagation` patches right after they are executed (installed by `otel_rl.configure`, under
+``otel-rl run``, and in every Ray worker process that joins the run). Every patch is fail-open: an error in otel_rl's part
 is counted and reported once, and RLlib's call runs as without otel_rl.
 """
 
@@ -32,14 +32,14 @@ from typing import Any
 
 from otel_rl._internal import log
 
-__all__ = ["block_name", "install"]
+__all__ = ["PATCHES", "block_name"]
 
 #: RLlib's key part that only groups timers in its results dict.
 _TIMERS = "timers"
 #: Attribute set on a stats object by the patched `log_time`: the block's name.
 _NAME = "_otel_rl_block"
 
-_open = threading.local()  # .blocks: [(id of stats object, open timer)], this thread's
+_open = threading.local()  # .blocks: this thread's open `_Open` blocks, innermost last
 _failed: set[str] = set()
 
 
@@ -75,6 +75,17 @@ def _patched_log_time(original: Callable[..., Any]) -> Callable[..., Any]:
     return log_time
 
 
+class _Open:
+    """A block opened for a stats object, on this thread's list of them."""
+
+    __slots__ = ("ended", "owner", "timer")
+
+    def __init__(self, owner: int, timer: Any) -> None:
+        self.owner = owner
+        self.timer = timer
+        self.ended = False
+
+
 def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
     from otel_rl.timers import hierarchical_timer
 
@@ -88,11 +99,25 @@ def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
                 blocks = getattr(_open, "blocks", None)
                 if blocks is None:
                     blocks = _open.blocks = []
-                blocks.append((id(self), timer))
+                blocks.append(_Open(id(self), timer))
             except Exception as exc:
                 _fail("timer start", exc)
         return original(self)
     return __enter__
+
+
+def _end(self: Any, exc_info: tuple[Any, Any, Any]) -> None:
+    blocks: list[_Open] | None = getattr(_open, "blocks", None)
+    if not blocks:
+        return
+    mine = next((b for b in reversed(blocks) if b.owner == id(self) and not b.ended), None)
+    if mine is None:
+        return
+    # Blocks nest: one exited by hand before a block opened inside it (connector pipelines
+    # enter and exit stats objects themselves) ends when that inner block ends.
+    mine.ended = True
+    while blocks and blocks[-1].ended:
+        blocks.pop().timer.__exit__(*exc_info)
 
 
 def _patched_exit(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -101,24 +126,20 @@ def _patched_exit(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return original(self, exc_type, exc_value, tb)
         finally:
-            blocks = getattr(_open, "blocks", None)
-            # Only the innermost open block can end: a stats object exited out of order (by
-            # hand) leaves its block open, cut short at shutdown, rather than corrupt the stack.
-            if blocks and blocks[-1][0] == id(self):
-                try:
-                    blocks.pop()[1].__exit__(exc_type, exc_value, tb)
-                except Exception as exc:
-                    _fail("timer end", exc)
+            try:
+                _end(self, (exc_type, exc_value, tb))
+            except Exception as exc:
+                _fail("timer end", exc)
     return __exit__
 
 
 def _name_process(role: str, index: Any) -> None:
-    """Give this worker process (a Ray actor) the role of the RLlib component it runs."""
-    from otel_rl._internal import runtime
-
-    rt = runtime.active()
-    if rt is not None and rt.is_worker:
-        rt.set_role(role, int(index or 0))
+    """Give this Ray worker process of the run the role of the RLlib component it runs."""
+    # Looked up, not imported: loaded in every Ray worker that joined the run (`ray_support`),
+    # and the import graph stays one-way (ray_support imports propagation, which imports us).
+    worker = sys.modules.get("otel_rl._internal.ray_support.worker")
+    if worker is not None:
+        worker.set_role(role, int(index or 0))
 
 
 def _patched_init(original: Callable[..., Any], role: str,
@@ -166,18 +187,6 @@ def _patch_learner(module: ModuleType) -> None:
     cls._set_learner_index_and_placement_group = set_index
 
 
-#: RLlib module -> its patch, applied right after the module is first executed.
-PATCHES: dict[str, Callable[[ModuleType], None]] = {
-    "ray.rllib.utils.metrics.stats.base": _patch_stats,
-    "ray.rllib.utils.metrics.metrics_logger": _patch_logger,
-    "ray.rllib.env.env_runner": _patch_env_runner,
-    "ray.rllib.core.learner.learner": _patch_learner,
-}
-
-_install_lock = threading.Lock()
-_installed = False
-
-
 def _guarded(name: str, patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
     def apply(module: ModuleType) -> None:
         try:
@@ -187,22 +196,13 @@ def _guarded(name: str, patch: Callable[[ModuleType], None]) -> Callable[[Module
     return apply
 
 
-def install() -> None:
-    """Patch RLlib's modules when they are imported (at once for those already imported);
-    once per process. Costs nothing in a program that never imports RLlib."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        _installed = True
-        from otel_rl._internal.propagation import _PatchOnImport
-
-        pending = {}
-        for name, patch in PATCHES.items():
-            module = sys.modules.get(name)
-            if module is not None:
-                _guarded(name, patch)(module)
-            else:
-                pending[name] = _guarded(name, patch)
-        if pending:
-            sys.meta_path.insert(0, _PatchOnImport(pending))
+#: RLlib module -> its patch, applied right after the module is first executed (by
+#: `propagation`'s patch-on-import finder, at once for a module already imported).
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    name: _guarded(name, patch) for name, patch in (
+        ("ray.rllib.utils.metrics.stats.base", _patch_stats),
+        ("ray.rllib.utils.metrics.metrics_logger", _patch_logger),
+        ("ray.rllib.env.env_runner", _patch_env_runner),
+        ("ray.rllib.core.learner.learner", _patch_learner),
+    )
+}

@@ -339,13 +339,6 @@ class Runtime:
             trace.budget += share
         return trace
 
-    def set_role(self, role: str, index: int) -> None:
-        """Name this worker process's role from what it turned out to run (an RLlib EnvRunner
-        in a Ray actor): in its spans' resource from now on and in its snapshots."""
-        self.role, self.index = role, index
-        self.resource[semconv.WORKER_ROLE] = role
-        self.resource[semconv.WORKER_INDEX] = index
-
     def next_index(self, role: str) -> int:
         """The next worker index for `role` (0, 1, ...), counted in this process."""
         index = self.role_counters.get(role, 0)

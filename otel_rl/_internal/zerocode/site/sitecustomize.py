@@ -104,12 +104,6 @@ def _start() -> None:
             install()
         except Exception as exc:
             _warn("cannot serve otel_rl's timers", exc)
-        try:
-            from otel_rl._internal import rllib
-
-            rllib.install()  # RLlib's timers as blocks, once RLlib is imported
-        except Exception as exc:
-            _warn("cannot instrument RLlib", exc)
     _chain()
     if have_otel_rl:
         try:
