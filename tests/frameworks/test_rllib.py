@@ -161,3 +161,51 @@ def test_roles_in_the_cross_worker_view_and_the_html_report(runs: Runs) -> None:
 
 def test_tree_from_the_spans_file_equals_timers_json(runs: Runs) -> None:
     assert_tree_from_spans_equals_timers_json(runs.venv, runs.out, runs.root)
+
+
+_LOGGER_SCRIPT = """
+import json, time
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+from ray.rllib.utils.metrics.stats.base import StatsBase
+
+m = MetricsLogger(root=True)
+for _ in range(3):
+    with m.log_time(("timers", "outer")) as stats:
+        with m.log_time(("timers", "inner")):
+            time.sleep(0.001)
+# Entered and exited by hand, the outer one first (out of order).
+a, b = m.log_time("by_hand_a"), m.log_time("by_hand_b")
+a.__enter__(); b.__enter__(); a.__exit__(None, None, None); b.__exit__(None, None, None)
+with m.log_time("after"):
+    pass
+try:
+    with m.log_time("raises"):
+        raise ValueError("from the block")
+except ValueError:
+    pass
+reduced = m.reduce()
+print(json.dumps({"is_stats": isinstance(stats, StatsBase), "type": type(stats).__name__,
+                  "keys": sorted(reduced), "timers": sorted(reduced["timers"])}))
+"""
+
+
+def test_metrics_logger_blocks_nest_and_rllib_sees_its_own_objects(venvs: Any,
+                                                                   tmp_path: Path) -> None:
+    venv = venvs("ray")
+    script = tmp_path / "logger.py"
+    script.write_text(_LOGGER_SCRIPT)
+    plain = venv.run(venv.python, script, cwd=tmp_path)
+    otel = venv.run(venv.bin / "otel-rl", "run", "--output", tmp_path / "out", "--", "python",
+                    script, cwd=tmp_path)
+    for done in (plain, otel):
+        assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(otel.stdout.splitlines()[-1])
+    assert facts == json.loads(plain.stdout.splitlines()[-1])
+    assert facts["is_stats"] is True
+    tree = load(tmp_path / "out" / "timers.json")
+    assert node_at(tree, "outer")["count"] == 3
+    assert node_at(tree, "outer", "inner")["count"] == 3
+    # The out-of-order pair still nests, and the blocks after it are back at the root.
+    assert node_at(tree, "by_hand_a", "by_hand_b")["count"] == 1
+    assert node_at(tree, "by_hand_a")["count"] == 1
+    assert node_at(tree, "after")["count"] == 1 and node_at(tree, "raises")["count"] == 1
