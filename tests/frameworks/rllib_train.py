@@ -5,13 +5,14 @@ iterations. Run in the Ray venv, plain or under ``otel-rl run``:
 
 Prints RLlib's own ``pretty_print`` of each iteration's results dict (RLlib's printed output)
 and writes, per iteration, the results dict's key paths (nested dicts flattened to
-``a/b/c``) and RLlib's own counters to RESULTS_JSON.
+``a/b/c``), RLlib's own counters and each ``algo.train()``'s wall time to RESULTS_JSON.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import ray
@@ -42,13 +43,16 @@ def main() -> None:
     algo = config.build_algo()
     results = []
     for _ in range(iterations):
+        start = time.perf_counter()
         result = algo.train()
+        seconds = time.perf_counter() - start
         print(pretty_print(result), flush=True)
         results.append({
             "paths": sorted(key_paths(result)),
             "timers": sorted(result["timers"]),
             "iteration": result["training_iteration"],
             "env_steps": result["env_runners"]["num_env_steps_sampled_lifetime"],
+            "seconds": seconds,  # of this algo.train() call (benchmarks/bench_rllib.py)
         })
     algo.stop()
     ray.shutdown()
