@@ -1,19 +1,10 @@
 """torchrun's command line as `otel-rl run` reads it (no torch needed): which runs are
-multi-node, the run id from the rendezvous id, which node joins, the ranks' role; and the RLlib
-hook costs nothing in a program that never imports RLlib. The real torchrun and RLlib runs are
-in tests/frameworks/."""
+multi-node, the run id from the rendezvous id, which node joins, the ranks' role. The real
+torchrun runs are in tests/frameworks/test_torchrun.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from otel_rl._internal import aggregates, carrier, torchrun
-
-REPO = Path(__file__).resolve().parents[1]
 
 TWO_NODES = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
              "--rdzv-endpoint", "localhost:29400", "--rdzv-id", "job 7/a", "train.py", "--lr",
@@ -81,20 +72,3 @@ def test_a_rank_is_started_by_the_agent_not_by_a_rank() -> None:
     assert torchrun.child_role(rank_env, environ={}) == ("rank", 3)
     assert torchrun.child_role(rank_env, environ={"LOCAL_RANK": "1"}) is None
     assert torchrun.child_role({"RANK": "3", "LOCAL_RANK": "1"}, environ={}) is None
-
-
-def test_the_rllib_hook_imports_nothing_of_ray_until_the_program_does(tmp_path: Path) -> None:
-    code = ("import sys, json, otel_rl\n"
-            "otel_rl.configure(output_dir=sys.argv[1])\n"
-            "from otel_rl.timers import hierarchical_timer\n"
-            "with hierarchical_timer('work'):\n"
-            "    pass\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m == 'ray' or m.startswith(("
-            "'ray.', 'torch')))))\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL")}
-    env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == []
-    assert done.stderr == ""

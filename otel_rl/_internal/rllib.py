@@ -50,10 +50,18 @@ def block_name(key: object) -> str:
     'env_runner_sampling_timer'
     >>> block_name(("env_to_module_connector", "timers", "connectors", "add_states"))
     'env_to_module_connector.connectors.add_states'
+    >>> block_name((("learners", "default_policy"), "timers", "update"))
+    'learners.default_policy.update'
     """
-    parts = key if isinstance(key, (tuple, list)) else (key,)
-    kept = [str(p) for p in parts if p != _TIMERS]
-    return ".".join(kept) or _TIMERS
+    parts: list[object] = []
+    todo = [key]
+    while todo:  # RLlib flattens nested keys the same way (`tree.flatten`)
+        part = todo.pop()
+        if isinstance(part, (tuple, list)):
+            todo.extend(reversed(part))
+        else:
+            parts.append(part)
+    return ".".join(str(p) for p in parts if p != _TIMERS) or _TIMERS
 
 
 def _fail(where: str, exc: BaseException) -> None:
