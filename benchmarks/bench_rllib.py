@@ -8,7 +8,9 @@ ray`` builds, with this checkout's otel_rl installed there by a plain ``pip inst
 round runs both variants in a shuffled order: plain, and under ``otel-rl run`` (default
 settings: the ``auto`` span policy, files in a temporary folder). Measured per run: the wall
 time of each ``algo.train()`` call; iterations/s = iterations / their summed time, the first
-iteration left out (warm-up). Ray's start and the algorithm's build are not counted (they are
+iteration left out (warm-up); and the CPU seconds (every thread) of the driver, the env runners
+and the Learner at the end of training, the steadier figure on a shared machine (Ray's own
+daemons and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's build are not counted (they are
 the same code either way, and their time is noise here). Reported: medians (min-max) and the
 ratio of medians otel_rl / plain, plus the spread of the per-round ratios. Checks: every run
 exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
@@ -66,11 +68,15 @@ def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[st
     wall = time.perf_counter() - start
     checks = []
     rows: list[dict[str, Any]] = []
+    cpu_s = 0.0
     if done.returncode != 0:
         checks.append(f"{variant}: exit status {done.returncode}: {done.stderr[-300:]!r}")
     elif os.path.exists(results):
         with open(results, encoding="utf-8") as f:
-            rows = json.load(f)
+            data = json.load(f)
+        rows = data["iterations"]
+        cpu = data["cpu_s"]
+        cpu_s = cpu["driver"] + sum(cpu["env_runners"]) + sum(cpu["learners"])
     if len(rows) != iterations:
         checks.append(f"{variant}: trained {len(rows)} of {iterations} iterations")
     if variant == "otel_rl" and done.returncode == 0:
@@ -81,20 +87,20 @@ def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[st
             checks.append("otel_rl: the env runners' sample blocks are not under "
                           "env_runner_sampling_timer")
     timed = [row["seconds"] for row in rows[1:]]
-    return {"it_per_s": len(timed) / sum(timed) if timed else 0.0, "wall_s": wall,
-            "checks": checks}
+    return {"it_per_s": len(timed) / sum(timed) if timed else 0.0, "cpu_s": cpu_s,
+            "wall_s": wall, "checks": checks}
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for variant, rows in runs.items():
         summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
-        for key in ("it_per_s", "wall_s"):
+        for key in ("it_per_s", "cpu_s", "wall_s"):
             values = [r[key] for r in rows]
             summary[variant][key] = {"median": statistics.median(values), "min": min(values),
                                      "max": max(values)}
     ratios: dict[str, Any] = {}
-    for key in ("it_per_s", "wall_s"):
+    for key in ("it_per_s", "cpu_s", "wall_s"):
         per_round = [o[key] / p[key] for o, p in zip(runs["otel_rl"], runs["plain"], strict=True)
                      if p[key]]
         plain_median = summary["plain"][key]["median"]
@@ -111,14 +117,16 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"RLlib 2.60 PPO CartPole, 2 env runners + a Learner actor, {results['iterations']} "
              f"iterations (first left out), {results['rounds']} interleaved rounds "
              "(median, min–max)", "",
-             "| | iterations/s (algo.train()) | wall s, whole run |", "|---|---|---|"]
+             "| | iterations/s (algo.train()) | CPU s: driver + env runners + learner | "
+             "wall s, whole run |", "|---|---|---|---|"]
     for variant in ("plain", "otel_rl"):
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
-                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3), ("wall_s", 1))]
+                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3), ("cpu_s", 1),
+                                                              ("wall_s", 1))]
         name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-             f"{r[k]['per_round_max']:.3f})" for k in ("it_per_s", "wall_s")]
+             f"{r[k]['per_round_max']:.3f})" for k in ("it_per_s", "cpu_s", "wall_s")]
     lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
     return "\n".join([*failed_checks_lines(results), *lines])
 
@@ -143,7 +151,7 @@ def main() -> int:
                 row = one_run(python, variant, iterations, workdir)
                 runs[variant].append(row)
                 print(f"round {i + 1}/{rounds} {variant:8s} {row['it_per_s']:6.3f} it/s  "
-                      f"wall {row['wall_s']:5.1f} s", flush=True)
+                      f"CPU {row['cpu_s']:5.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
     results = {"rounds": rounds, "iterations": iterations, "runs": runs, **summarize(runs)}
     return finish(results, args.json, render)
 

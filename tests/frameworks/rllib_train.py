@@ -5,7 +5,8 @@ iterations. Run in the Ray venv, plain or under ``otel-rl run``:
 
 Prints RLlib's own ``pretty_print`` of each iteration's results dict (RLlib's printed output)
 and writes, per iteration, the results dict's key paths (nested dicts flattened to
-``a/b/c``), RLlib's own counters and each ``algo.train()``'s wall time to RESULTS_JSON.
+``a/b/c``), RLlib's own counters and each ``algo.train()``'s wall time to RESULTS_JSON
+(``iterations``), with the CPU seconds of the driver, env runners and learners (``cpu_s``).
 """
 
 from __future__ import annotations
@@ -54,10 +55,16 @@ def main() -> None:
             "env_steps": result["env_runners"]["num_env_steps_sampled_lifetime"],
             "seconds": seconds,  # of this algo.train() call (benchmarks/bench_rllib.py)
         })
+    # CPU seconds of RLlib's processes so far, every thread (benchmarks/bench_rllib.py).
+    cpu = {"driver": time.process_time(),
+           "env_runners": algo.env_runner_group.foreach_env_runner(
+               lambda runner: time.process_time(), local_env_runner=False),
+           "learners": [r.get() for r in algo.learner_group.foreach_learner(
+               lambda learner: time.process_time())]}
     algo.stop()
     ray.shutdown()
     with open(out, "w", encoding="utf-8") as f:
-        json.dump(results, f)
+        json.dump({"iterations": results, "cpu_s": cpu}, f)
 
 
 if __name__ == "__main__":

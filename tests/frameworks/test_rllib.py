@@ -46,7 +46,7 @@ class Runs:
                              str(ITERATIONS), cwd=root / "otel", timeout=600)
 
     def results(self, name: str) -> list[dict[str, Any]]:
-        return list(load(self.root / f"{name}.json"))
+        return list(load(self.root / f"{name}.json")["iterations"])
 
 
 @pytest.fixture(scope="module")
