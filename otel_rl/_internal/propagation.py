@@ -227,7 +227,7 @@ _popen_signature: Signature | None = None
 def _patched_popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
     global _popen_signature
     rt = _auto()
-    if rt is not None:
+    if rt is not None and not runtime.programs_quiet():
         try:
             if _popen_signature is None:
                 import inspect  # on first use: worker start-up does not pay for it

@@ -741,6 +741,21 @@ def start_worker(handed_down: Mapping[str, str]) -> None:
 
 
 @contextmanager
+def no_context_for_programs() -> Iterator[None]:
+    """Programs this thread starts in the ``with`` body get no context (an engine's own
+    daemons, such as Ray's raylet, whose workers join the run by the engine's own means)."""
+    _fork.quiet = getattr(_fork, "quiet", 0) + 1
+    try:
+        yield
+    finally:
+        _fork.quiet -= 1
+
+
+def programs_quiet() -> bool:
+    return bool(getattr(_fork, "quiet", 0))
+
+
+@contextmanager
 def starting_process() -> Iterator[None]:
     """Around `multiprocessing`'s Process.start: a fork in there is that Process's, whose
     bootstrap starts the worker with its own carrier (the fork hook makes none)."""

@@ -136,6 +136,7 @@ def patch_submit() -> None:
 #: Parsed carriers (a worker sees the same few callers' blocks over and over).
 _bases: dict[str, Base] = {}
 running = 0  # calls running now in this process (read by the delivery, for loss accounting)
+started = 0  # calls started so far
 _running_lock = threading.Lock()
 #: Called at the start of each call (the delivery's idle -> busy notice); set by `worker`.
 on_call_start: Callable[[], None] | None = None
@@ -147,6 +148,10 @@ on_init_failed: Callable[[], Any] | None = None
 
 def calls_running() -> int:
     return running
+
+
+def calls_started() -> int:
+    return started
 
 
 def _base_of(rt: Runtime, value: str) -> Base | None:
@@ -177,9 +182,10 @@ def _stack_for(rt: Runtime, base: Base) -> TimerStack:
 
 
 def _started() -> None:
-    global running
+    global running, started
     with _running_lock:
         running += 1
+        started += 1
     hook = on_call_start
     if hook is not None:
         try:

@@ -29,6 +29,10 @@ from otel_rl._internal.runtime import Runtime
 COLLECTOR_CAP = 256 * 1024 * 1024
 #: Seconds a drain of the collector may take.
 DRAIN_TIMEOUT = 10.0
+#: A Ray worker's flush interval at most (seconds): a worker that Ray ends when idle has
+#: delivered everything by then, and one killed during a call loses at most that call plus
+#: this much of what came before it.
+WORKER_FLUSH_INTERVAL = 0.5
 
 
 class _WorkerState:
@@ -104,6 +108,8 @@ class Driver:
             "relay": f"ray:/{self.name}",
             "settings": {name: getattr(rt.settings, name) for name in CARRIED},
         }
+        data["settings"]["flush_interval"] = min(rt.settings.flush_interval,
+                                                 WORKER_FLUSH_INTERVAL)
         sampled = rt.spans_on
         return carrier.make(rt.trace.trace_id, rt.run_span_id, sampled, data)
 
@@ -203,7 +209,7 @@ class Driver:
         if not ray.is_initialized():
             self.finished = True
             return
-        wait_until = min(deadline, time.monotonic() + self.rt.settings.flush_interval + 3.0)
+        wait_until = min(deadline, time.monotonic() + WORKER_FLUSH_INTERVAL + 3.0)
         try:
             ray.get(self.handle.request_final.remote(),
                     timeout=max(0.1, wait_until - time.monotonic()))
@@ -221,12 +227,12 @@ class Driver:
         self.ledger.state(key).final = True
 
     def _count_lost(self, reason: str) -> None:
-        interval = self.rt.settings.flush_interval
+        interval = min(self.rt.settings.flush_interval, WORKER_FLUSH_INTERVAL)
         for key in self.ledger.waiting():
             state = self.ledger.workers[key]
             line = (f"Ray worker {key} ({state.role} {self.ledger.index_for(key, state.role)}) "
                     f"ended during a call without delivering its last records "
-                    f"(at most {interval:g} s of its blocks; {reason})")
+                    f"(its current call and at most {interval:g} s before it; {reason})")
             self.ledger.lost.append(line)
             self.rt.notes.append(line)
             self.rt.stats.warn_once(f"ray-lost-{key}", line)

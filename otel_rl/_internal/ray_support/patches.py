@@ -62,7 +62,8 @@ def _patch_driver() -> None:
         except Exception as exc:
             rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
             driver = None
-        result = original_init(*args, **kwargs)
+        with runtime.no_context_for_programs():  # raylet's workers join by the job's hook
+            result = original_init(*args, **kwargs)
         if driver is not None:
             try:
                 driver.start_collector()

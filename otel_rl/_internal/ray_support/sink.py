@@ -53,22 +53,29 @@ class RaySink(RelayClient):
         self.index_given = False
         self._answering = False
         self._notified_busy = False
-        self._last_busy = True
+        self._last_busy = False  # so the first call sends a notice: the driver knows of us
+        self._started_at_snapshot = 0
+        self._started_pushed = -1
+        self._ticks = 0
+        self._connect_lock = threading.Lock()
         self.pushes = 0
-        #: Calls running now, and what starts a flush at once (set by `worker.join`).
+        #: Calls running now and started so far, and what starts a flush at once (set by
+        #: `worker.join`).
         self.running: Callable[[], int] = lambda: 0
+        self.started: Callable[[], int] = lambda: 0
         self.wake: Callable[[], None] = lambda: None
 
     def _connect(self) -> Any:
-        if self._handle is None:
-            import ray
+        with self._connect_lock:
+            if self._handle is None:
+                import ray
 
-            if not ray.is_initialized():
-                return None
-            self._handle = ray.get_actor(self._collector, namespace=self._namespace)
-            node = ray.get_runtime_context().get_node_id()
-            self.key = f"{node[:12]}:{os.getpid()}"
-        return self._handle
+                if not ray.is_initialized():
+                    return None
+                node = ray.get_runtime_context().get_node_id()
+                self.key = f"{node[:12]}:{os.getpid()}"
+                self._handle = ray.get_actor(self._collector, namespace=self._namespace)
+            return self._handle
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         for batch in batches:
@@ -78,35 +85,39 @@ class RaySink(RelayClient):
 
     def send_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
+        self._started_at_snapshot = self.started()
 
     def after_flush(self) -> None:
         self._push()
 
     def note_busy(self) -> None:
         """A call starts: if the last push said idle, tell the driver now (not waited for),
-        so a worker killed before its next push is counted, not presumed idle."""
+        so a worker killed before its next push is counted lost, not presumed idle."""
         if self._last_busy or self._notified_busy:
             return
         self._notified_busy = True
-        handle = self._handle
-        if handle is not None:
-            try:
+        try:
+            handle = self._connect()
+            if handle is not None:
                 handle.push.remote(self.key, {"seq": self.seq, "busy": True, "notice": True},
                                    [])
-            except Exception:
-                pass
+        except Exception:
+            pass
 
     def _push(self) -> None:
         with self._lock:
+            started, started_before = self.started(), self._started_at_snapshot
             frames, records = self._frames, self._records
             self._frames, self._records = [], 0
             snapshot, self._snapshot = self._snapshot, None
+            self._ticks += 1
+            quiet = (not records and not self.final and not self._answering
+                     and started_before == self._started_pushed and self._ticks % 8)
+            if quiet or (snapshot is None and not frames and not self.final):
+                return  # nothing ran since the last push (a snapshot every 8th tick anyway)
             if snapshot is not None:
                 frames.append(relay._encode(relay.KIND_SNAPSHOT, snapshot))
-            if not frames and not self.final and not self._answering:
-                return
-            busy = self.running() > 0 or self._notified_busy
-            self._notified_busy = False
+            busy = self.running() > 0 or started != started_before
             try:
                 handle = self._connect()
                 if handle is None:
@@ -124,7 +135,9 @@ class RaySink(RelayClient):
                 self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
                 self._stats.add_dropped("ray delivery failed", records)
                 return
+            self._started_pushed = started_before
             self._last_busy = busy
+            self._notified_busy = False
             self._stats.add_exported(self.name, records)
             if asked and not self._answering:
                 # The driver wants a last delivery: one more flush now, drained after this.

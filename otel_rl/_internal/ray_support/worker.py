@@ -60,6 +60,7 @@ def join(joining: dict[str, str]) -> bool:
     sink = rt.relay_client
     if isinstance(sink, RaySink):
         sink.running = calls.calls_running
+        sink.started = calls.calls_started
         sink.wake = rt.pipeline.wake.set
         calls.on_call_start = sink.note_busy
     return True
