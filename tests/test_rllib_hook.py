@@ -4,10 +4,13 @@ that never imports RLlib. The real RLlib runs are in tests/frameworks/test_rllib
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
+from typing import Any
 
 from otel_rl._internal.rllib import block_name
 
@@ -38,3 +41,17 @@ def test_the_rllib_hook_imports_nothing_of_ray_until_the_program_does(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
     assert done.stderr == ""
+
+
+def test_an_rllib_module_of_another_shape_is_left_alone_with_one_warning(caplog: Any) -> None:
+    from otel_rl._internal import rllib
+
+    module = types.ModuleType("ray.rllib.utils.metrics.stats.base")  # no StatsBase in it
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        rllib.PATCHES["ray.rllib.utils.metrics.stats.base"](module)
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel_rl: cannot instrument ray.rllib.utils.metrics.stats.base (AttributeError(\"module "
+        "'ray.rllib.utils.metrics.stats.base' has no attribute 'StatsBase'\")); RLlib runs "
+        "without it"]
+    assert vars(module).keys() == {"__name__", "__doc__", "__package__", "__loader__",
+                                   "__spec__"}
