@@ -39,7 +39,7 @@ _TIMERS = "timers"
 #: Attribute set on a stats object by the patched `log_time`: the block's name.
 _NAME = "_otel_rl_block"
 
-_open = threading.local()  # .blocks: this thread's open `_Open` blocks, innermost last
+_open = threading.local()  # .blocks: this thread's open blocks (id of stats, timer), innermost last
 _failed: set[str] = set()
 
 
@@ -83,19 +83,10 @@ def _patched_log_time(original: Callable[..., Any]) -> Callable[..., Any]:
     return log_time
 
 
-class _Open:
-    """A block opened for a stats object, on this thread's list of them."""
-
-    __slots__ = ("ended", "owner", "timer")
-
-    def __init__(self, owner: int, timer: Any) -> None:
-        self.owner = owner
-        self.timer = timer
-        self.ended = False
-
-
 def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
     from otel_rl.timers import hierarchical_timer
+
+    local = _open
 
     @functools.wraps(original)
     def __enter__(self: Any) -> Any:
@@ -104,40 +95,48 @@ def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 timer = hierarchical_timer(name)
                 timer.__enter__()
-                blocks = getattr(_open, "blocks", None)
-                if blocks is None:
-                    blocks = _open.blocks = []
-                blocks.append(_Open(id(self), timer))
+                try:
+                    local.blocks.append((id(self), timer))
+                except AttributeError:
+                    local.blocks = [(id(self), timer)]
             except Exception as exc:
                 _fail("timer start", exc)
         return original(self)
     return __enter__
 
 
-def _end(self: Any, exc_info: tuple[Any, Any, Any]) -> None:
-    blocks: list[_Open] | None = getattr(_open, "blocks", None)
-    if not blocks:
+#: Marks a block whose stats object was exited while a block opened inside it was still open.
+_ENDED = -1
+
+
+def _end(owner: int, blocks: list[tuple[int, Any]], exc_info: tuple[Any, Any, Any]) -> None:
+    if blocks[-1][0] != owner:
+        # Exited by hand before a block opened inside it (connector pipelines enter and exit
+        # stats objects themselves): it ends when that inner block ends, so blocks still nest.
+        for i in range(len(blocks) - 1, -1, -1):
+            if blocks[i][0] == owner:
+                blocks[i] = (_ENDED, blocks[i][1])
+                return
         return
-    mine = next((b for b in reversed(blocks) if b.owner == id(self) and not b.ended), None)
-    if mine is None:
-        return
-    # Blocks nest: one exited by hand before a block opened inside it (connector pipelines
-    # enter and exit stats objects themselves) ends when that inner block ends.
-    mine.ended = True
-    while blocks and blocks[-1].ended:
-        blocks.pop().timer.__exit__(*exc_info)
+    blocks.pop()[1].__exit__(*exc_info)
+    while blocks and blocks[-1][0] == _ENDED:
+        blocks.pop()[1].__exit__(*exc_info)
 
 
 def _patched_exit(original: Callable[..., Any]) -> Callable[..., Any]:
+    local = _open
+
     @functools.wraps(original)
     def __exit__(self: Any, exc_type: Any, exc_value: Any, tb: Any) -> Any:
         try:
             return original(self, exc_type, exc_value, tb)
         finally:
-            try:
-                _end(self, (exc_type, exc_value, tb))
-            except Exception as exc:
-                _fail("timer end", exc)
+            blocks = getattr(local, "blocks", None)
+            if blocks:
+                try:
+                    _end(id(self), blocks, (exc_type, exc_value, tb))
+                except Exception as exc:
+                    _fail("timer end", exc)
     return __exit__
 
 
