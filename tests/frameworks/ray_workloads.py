@@ -21,7 +21,7 @@ import ray
 
 from otel_rl.timers import hierarchical_timer as timer
 
-RAY_INIT: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+RAY_INIT: dict[str, Any] = {"include_dashboard": False, "log_to_driver": os.environ.get("LOG_TO_DRIVER") == "1"}
 
 
 def result(**facts: Any) -> None:
@@ -187,6 +187,7 @@ def losses(out: str, address: str | None) -> None:
         except ray.exceptions.RayActorError:
             pass
         if kill_it:
+            time.sleep(1.5)  # longer than a worker's delivery interval: `work` is delivered
             marker = os.path.join(out, "hanging.pid")
             doomed.hang.remote(marker)
             while not os.path.exists(marker) or not open(marker).read():

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,17 +133,40 @@ def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) ->
     port = _free_port()
     address = f"127.0.0.1:{port}"
     temp = Path("/tmp") / f"ray-otel-{os.getpid()}-{port}"  # short: Unix socket paths
-    started = ray_venv.run(ray_venv.bin / "ray", "start", "--head", f"--port={port}",
-                           "--num-cpus=2", "--include-dashboard=false",
-                           f"--temp-dir={temp}", "--disable-usage-stats", cwd=tmp_path,
-                           timeout=180)
-    assert started.returncode == 0, started.stderr[-2000:]
+    # --block: the command stays in front and takes the cluster down when it is stopped; in
+    # a session of its own, so that only what this test started is ended.
+    head = subprocess.Popen(
+        [str(ray_venv.bin / "ray"), "start", "--head", "--block", f"--port={port}",
+         "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp}",
+         "--disable-usage-stats"],
+        cwd=tmp_path, env=ray_venv.env(RAY_AUTH_MODE="disabled"), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        done, out = _run(ray_venv, tmp_path, "calls", address)
+        for _ in range(600):  # until the head answers (up to a minute)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None, "ray start --head exited"
+            time.sleep(0.1)
+        done, out = _run(ray_venv, tmp_path, "calls", address, RAY_AUTH_MODE="disabled")
         _result(done)
         _check_calls_tree(load(out / "timers.json"))
     finally:
-        ray_venv.run(ray_venv.bin / "ray", "stop", "--force", cwd=tmp_path, timeout=120)
+        _stop_group(head)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """End `process` and everything in its session (what it started), SIGKILL after 30 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
 
 
 def test_ray_nothing_lost_kill_raise_exit_shutdown(ray_venv: Venv, tmp_path: Path) -> None:

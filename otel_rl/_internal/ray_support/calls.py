@@ -71,7 +71,20 @@ def parse(value: object) -> tuple[int, int, int, int, bool, tuple[str, ...]] | N
 _original: dict[str, Any] = {}
 
 
+class internal:
+    """Ray calls made in the ``with`` body are otel_rl's own (delivery, collection): they
+    carry no context and are not counted as the program's calls."""
+
+    def __enter__(self) -> None:
+        _made.internal = getattr(_made, "internal", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _made.internal -= 1
+
+
 def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    if getattr(_made, "internal", 0) or threading.current_thread().name.startswith("otel_rl-"):
+        return kwargs  # otel_rl's own calls (its threads deliver and collect)
     try:
         value = carrier_now()
     except Exception:
