@@ -198,7 +198,65 @@ def losses(out: str, address: str | None) -> None:
     result(killed_worker=kill_it)
 
 
-SCENARIOS = {"calls": calls, "losses": losses}
+@ray.remote
+class Far:
+    def step(self, n: int) -> dict[str, Any]:
+        for _ in range(n):
+            with timer("far_step"):
+                pass
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "time": time.time()}
+
+
+SKEW_SITECUSTOMIZE = """
+import time
+_time, _time_ns = time.time, time.time_ns
+time.time = lambda: _time() + 3600.0
+time.time_ns = lambda: _time_ns() + 3600 * 10**9
+"""
+
+
+def multinode(out: str, address: str | None) -> None:
+    """Two nodes (``ray.cluster_utils.Cluster``): actors pinned to the second one by a custom
+    resource. The second node's processes run on a clock one hour ahead (their Python's
+    ``time.time``), as a machine whose clock disagrees with the driver's."""
+    from ray.cluster_utils import Cluster
+
+    import otel_rl
+
+    otel_rl.configure()  # settings from the environment (endpoint, output, spans)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    skewed = os.path.join(out, "skewed-clock")
+    os.makedirs(skewed, exist_ok=True)
+    with open(os.path.join(skewed, "sitecustomize.py"), "w") as f:
+        f.write(SKEW_SITECUSTOMIZE)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = skewed  # inherited by the second node's raylet and workers only
+    try:
+        cluster.add_node(num_cpus=2, resources={"node2": 2})
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    ray.init(address=cluster.address, **RAY_INIT)
+    cluster.wait_for_nodes()
+    with timer("iteration"):
+        with timer("spawn"):
+            far = [Far.options(resources={"node2": 1}).remote() for _ in range(2)]
+            near = Far.options(num_cpus=0).remote()
+        with timer("remote_sample"):
+            seen = ray.get([a.step.remote(10) for a in far])
+        with timer("local_sample"):
+            here = ray.get(near.step.remote(3))
+    driver_node = ray.get_runtime_context().get_node_id()
+    ray.shutdown()
+    cluster.shutdown()
+    result(driver_node=driver_node, far=seen, near=here, driver_time=time.time(),
+           run_id=os.environ.get("OTEL_RL_RUN_ID"))
+
+
+SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

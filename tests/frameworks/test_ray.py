@@ -204,3 +204,58 @@ def test_ray_killed_worker_is_counted_and_the_tree_is_partial(ray_venv: Venv,
     again = load(tmp_path / "rebuilt.json")
     assert again["complete"] is False and counts(again) == found
     assert node_at(again, "run_actors", "killed_step")["count"] == 5
+
+
+@pytest.mark.jaeger
+def test_ray_two_nodes_one_run_own_clocks_same_tree_from_jaeger(
+        ray_venv: Venv, tmp_path: Path, jaeger: Any, jaeger_service: str) -> None:
+    """A second node whose clock is an hour ahead: its actors' blocks arrive in the run (Ray
+    carries them, nothing shared but Ray), under the driver block that called them, with
+    timestamps from their own clock; the driver's timers.json holds them, and
+    ``otel-rl tree --jaeger URL --run-id ID`` gives back the same whole-run tree."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run_id = f"ray-two-nodes-{os.getpid()}"
+    done = ray_venv.run(ray_venv.python, WORKLOADS, "multinode", out, cwd=tmp_path,
+                        timeout=600, OTEL_RL_RUN_ID=run_id, OTEL_RL_OUTPUT_DIR=str(out),
+                        OTEL_RL_SPANS="all", OTEL_SERVICE_NAME=jaeger_service,
+                        OTEL_EXPORTER_OTLP_ENDPOINT=jaeger.otlp_http_endpoint)
+    facts = _result(done)
+    assert {f["node"] for f in facts["far"]} != {facts["driver_node"]}
+    assert all(f["node"] != facts["driver_node"] for f in facts["far"])
+    assert facts["near"]["node"] == facts["driver_node"]
+    # The second node's clock really is an hour ahead of the driver's.
+    assert 3500 < facts["far"][0]["time"] - facts["driver_time"] < 3700
+
+    tree = load(out / "timers.json")
+    found = counts(tree)
+    assert found[("iteration", "remote_sample", "far_step")] == (20, True)
+    assert found[("iteration", "local_sample", "far_step")] == (3, True)
+    assert "complete" not in tree
+
+    # Spans: each far_step's parent is the driver block that called it, and its start time
+    # is its own machine's clock (an hour after its parent's on the second node).
+    spans: dict[str, dict[str, Any]] = {}
+    for line in (out / "spans.otlp.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    spans[span["spanId"]] = span
+    skews = {}
+    for span in spans.values():
+        if span["name"] == "far_step":
+            parent = spans[span["parentSpanId"]]
+            offset = (int(span["startTimeUnixNano"]) - int(parent["startTimeUnixNano"])) / 1e9
+            skews.setdefault(parent["name"], []).append(offset)
+    assert len(skews["remote_sample"]) == 20 and len(skews["local_sample"]) == 3
+    assert all(3500 < s < 3700 for s in skews["remote_sample"]), skews
+    assert all(0 <= s < 60 for s in skews["local_sample"]), skews
+
+    from_jaeger = tmp_path / "from_jaeger.json"
+    rebuilt = ray_venv.run(ray_venv.bin / "otel-rl", "tree", "--jaeger", jaeger.query_url,
+                           "--run-id", run_id, "-o", from_jaeger, cwd=tmp_path, timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    again = load(from_jaeger)
+    assert counts(again) == found
+    assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
+        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
