@@ -23,7 +23,7 @@ Internal API for framework integrations (the RLlib module builds on it):
   tasks only. Indices are numbered per role by the driver in the order it first receives
   blocks from each process, unless given.
 - ``worker.flush_now(final)``: deliver what this process holds now (bounded).
-- ``calls.carrier_now()`` / ``calls.parse(value)``: the per-call context carrier (a string).
+- ``calls.carrier_now()`` / ``calls.parse(value)``: the per-call context carrier (bytes).
 - Every ``.remote()`` (task, actor creation, actor method; from the driver or from inside a
   worker) carries the block open on the calling thread; the call's blocks in the worker are
   children of it (spans, and the whole-run timers.json as parallel branches).

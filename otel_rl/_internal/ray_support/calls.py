@@ -32,8 +32,9 @@ _VERSION = "1"
 _made = threading.local()
 
 
-def carrier_now() -> str | None:
-    """The current block's context as a call carrier; None while otel_rl does not propagate."""
+def carrier_now() -> bytes | None:
+    """The current block's context as a call carrier; None while otel_rl does not propagate.
+    Bytes: Ray serializes them several times faster than a str (~0.5 vs ~2.4 µs here)."""
     rt = runtime.active()
     if rt is None or not rt.settings.propagate:
         return None
@@ -47,7 +48,7 @@ def carrier_now() -> str | None:
     span = st.span or base.span_id or rt.run_span_id
     sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
     value = _SEP.join((_VERSION, f"{trace.trace_id:x}", f"{span:x}", f"{rt.pid:x}",
-                       f"{st.tid:x}", "1" if sampled else "0", *path))
+                       f"{st.tid:x}", "1" if sampled else "0", *path)).encode("utf-8")
     _made.last = (top, st, value)
     return value
 
@@ -55,6 +56,11 @@ def carrier_now() -> str | None:
 def parse(value: object) -> tuple[int, int, int, int, bool, tuple[str, ...]] | None:
     """(trace id, span id, pid, thread id, sampled, path) of a call carrier; None if it is
     not one."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     if not isinstance(value, str):
         return None
     parts = value.split(_SEP)
@@ -98,6 +104,8 @@ def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _patched_flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> Any:
     handed = kwargs.pop(KEY, None) if kwargs and KEY in kwargs else None
+    if handed is not None and not args and not kwargs and not signature_parameters:
+        return [KEY, handed]  # Ray's own no-argument shortcut (nothing to check), plus ours
     flat = _original["flatten_args"](signature_parameters, args, kwargs)
     if handed is not None:
         flat += [KEY, handed]
@@ -121,10 +129,11 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
 
 
 def _client_mode() -> bool:
+    should_convert = _original.get("client_mode")
+    if should_convert is None:
+        return True
     try:
-        from ray._private.client_mode_hook import client_mode_should_convert
-
-        return bool(client_mode_should_convert())
+        return bool(should_convert())
     except Exception:
         return True
 
@@ -136,7 +145,9 @@ def patch_submit() -> None:
     import ray._common.signature as signature
     import ray.actor
     import ray.remote_function
+    from ray._private.client_mode_hook import client_mode_should_convert
 
+    _original["client_mode"] = client_mode_should_convert
     _original["flatten_args"] = signature.flatten_args
     signature.flatten_args = _patched_flatten_args
     for key, owner in (("task", ray.remote_function.RemoteFunction),
@@ -147,7 +158,7 @@ def patch_submit() -> None:
 
 # --- execute side ---------------------------------------------------------------------------------
 #: Parsed carriers (a worker sees the same few callers' blocks over and over).
-_bases: dict[str, Base] = {}
+_bases: dict[bytes, Base] = {}
 running = 0  # calls running now in this process (read by the delivery, for loss accounting)
 started = 0  # calls started so far
 _running_lock = threading.Lock()
@@ -167,7 +178,7 @@ def calls_started() -> int:
     return started
 
 
-def _base_of(rt: Runtime, value: str) -> Base | None:
+def _base_of(rt: Runtime, value: bytes) -> Base | None:
     base = _bases.get(value)
     if base is not None and base.trace is not None:
         return base
@@ -221,7 +232,7 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         handed = kwargs.pop(KEY, None)
         rt = runtime.active()
-        base = _base_of(rt, handed) if rt is not None and handed is not None else None
+        base = _base_of(rt, handed) if rt is not None and isinstance(handed, bytes) else None
         if base is None or rt is None:
             return executor(*args, **kwargs)
         stack = _stack_for(rt, base)
