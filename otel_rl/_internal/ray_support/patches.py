@@ -71,6 +71,7 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
         from otel_rl._internal.ray_support.driver import Driver
 
         driver = None
+        given = dict(kwargs)
         try:
             driver = Driver(rt)
             kwargs["runtime_env"] = driver.runtime_env(kwargs.get("runtime_env"))
@@ -78,7 +79,16 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
             rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
             driver = None
         with runtime.no_context_for_programs():  # raylet's workers join by the job's hook
-            result = original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except Exception as exc:
+                if driver is None or ray.is_initialized():
+                    raise
+                # Refused before connecting (a job's runtime_env that cannot take the hook,
+                # say): the program's own call must still work, without otel_rl's part.
+                rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+                driver = None
+                result = original(*args, **given)
         if driver is not None:
             try:
                 driver.start_collector()
