@@ -117,8 +117,7 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
 
     def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                 **options: Any) -> Any:
-        if not getattr(self, "_is_cross_language", False) and not getattr(
-                self, "_ray_is_cross_language", False) and not _client_mode():
+        if not _cross_language(self) and not _client_mode():
             kwargs = _with_carrier(kwargs)
         return original(self, args, kwargs, *rest, **options)
 
@@ -126,6 +125,18 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     _remote.__doc__ = original.__doc__
     _remote.__wrapped__ = original  # type: ignore[attr-defined]
     return _remote
+
+
+def _cross_language(target: Any) -> bool:
+    """A call to Java or C++ takes no keyword arguments: it carries no context."""
+    try:
+        actor = getattr(target, "_actor", None)  # an ActorMethod's handle
+        meta = getattr(target, "__ray_metadata__", None)  # an ActorClass's metadata
+        return bool(getattr(target, "_is_cross_language", False)
+                    or getattr(actor, "_ray_is_cross_language", False)
+                    or getattr(meta, "is_cross_language", False))
+    except Exception:
+        return True
 
 
 def _client_mode() -> bool:
