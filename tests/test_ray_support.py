@@ -34,3 +34,33 @@ def test_a_call_carrier_parses_back_and_rejects_anything_else() -> None:
     for bad in (b"", b"2\x1fa\x1fb\x1f1\x1f1\x1f1", b"1\x1fzz\x1f1\x1f1\x1f1\x1f1",
                 b"\xff\xfe", 42, None, "1"):
         assert calls.parse(bad) is None
+
+
+def test_the_carrier_names_the_open_block_even_when_a_timer_object_is_entered_again() -> None:
+    from otel_rl.testing import capture_spans
+    from otel_rl.timers import hierarchical_timer
+
+    with capture_spans(propagate=True):
+        outside = calls.parse(calls.carrier_now())
+        again = hierarchical_timer("again")
+        seen = []
+        for _ in range(2):  # the same timer object, entered twice: two spans
+            with again:
+                seen.append(calls.parse(calls.carrier_now()))
+        with hierarchical_timer("other"):
+            with hierarchical_timer("inner"):
+                inner = calls.parse(calls.carrier_now())
+    assert outside is not None and outside[5] == ()
+    first, second = seen
+    assert first and second and inner
+    assert first[5] == second[5] == ("again",)
+    assert first[1] != second[1]
+    assert inner[5] == ("other", "inner")
+
+
+def test_no_carrier_while_otel_rl_does_not_propagate() -> None:
+    from otel_rl.testing import capture_spans
+
+    assert calls.carrier_now() is None
+    with capture_spans(propagate=False):
+        assert calls.carrier_now() is None

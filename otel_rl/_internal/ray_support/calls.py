@@ -41,7 +41,10 @@ def carrier_now() -> bytes | None:
     st = recorder.thread_stack()
     top = st.top
     cached = getattr(_made, "last", None)
-    if cached is not None and cached[0] is top and cached[1] is st:
+    # Keyed by the open block's timer and its span id (a timer object entered again is a
+    # new span) and the stack.
+    if (cached is not None and cached[0] is top and cached[1] is st
+            and cached[3] == top._sid):
         return cached[2]  # type: ignore[no-any-return]
     _, base, path = runtime.current_base(rt)
     trace = st.trace or base.trace or rt.trace
@@ -49,7 +52,7 @@ def carrier_now() -> bytes | None:
     sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
     value = _SEP.join((_VERSION, f"{trace.trace_id:x}", f"{span:x}", f"{rt.pid:x}",
                        f"{st.tid:x}", "1" if sampled else "0", *path)).encode("utf-8")
-    _made.last = (top, st, value)
+    _made.last = (top, st, value, top._sid)
     return value
 
 
