@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -109,7 +110,7 @@ class RaySink(RelayClient):
         except Exception:
             pass
 
-    def _push(self) -> None:
+    def _push(self, timeout: float = PUSH_TIMEOUT) -> None:
         if self.left:
             return
         with self._lock:
@@ -143,7 +144,7 @@ class RaySink(RelayClient):
                         "answer": self._answering, "final": self.final, "pid": os.getpid(),
                         "index_given": self.index_given}
                 asked = ray.get(handle.push.remote(self.key, meta, frames),
-                                timeout=PUSH_TIMEOUT)
+                                timeout=max(0.1, timeout))
                 self.pushes += 1
             except Exception as exc:
                 self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
@@ -160,4 +161,4 @@ class RaySink(RelayClient):
 
     def shutdown(self, deadline: float) -> None:
         self.final = True
-        self._push()
+        self._push(min(PUSH_TIMEOUT, deadline - time.monotonic()))
