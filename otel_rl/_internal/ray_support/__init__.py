@@ -16,7 +16,9 @@ Internal API for framework integrations (the RLlib module builds on it):
 
 - A Ray worker process joins the run by itself: nothing to call. In it,
   `otel_rl._internal.runtime.active()` is a worker runtime (``is_worker``) whose records go
-  to the driver through Ray (`sink.RaySink`).
+  to the driver through Ray (`sink.RaySink`). Joining runs `propagation.install()`, so patches
+  made when a module is imported (`propagation._LAZY_PATCHES`, e.g. one for ``ray.rllib``)
+  apply in Ray workers too, on any node, with or without ``otel-rl run``.
 - ``worker.set_role(role, index=None)``: name this worker process's role in the run (resource
   ``otel_rl.worker.role``, the whole-run ``workers`` list, the HTML report). Default: an
   actor's class name (set before its ``__init__`` runs), ``ray_task`` for a process that runs
