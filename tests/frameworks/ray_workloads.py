@@ -79,13 +79,23 @@ def plain(x: int, *, y: int = 1) -> int:
     return x + y  # runs where otel_rl cannot be imported
 
 
+def users_own_hook() -> None:
+    os.environ["USERS_OWN_HOOK"] = "ran"
+
+
+@ray.remote
+def hook_ran() -> str | None:
+    return os.environ.get("USERS_OWN_HOOK")
+
+
 def calls(out: str, address: str | None) -> None:
     """Every kind of call, each from its own block; the issue's scenario (2 actors x 3 calls x
-    20 blocks, a task called 3 times) included."""
+    20 blocks, a task called 3 times) included. The program has a setup hook of its own."""
+    env = {"worker_process_setup_hook": users_own_hook}
     if address:
-        ray.init(address=address, **RAY_INIT)
+        ray.init(address=address, runtime_env=env, **RAY_INIT)
     else:
-        ray.init(num_cpus=2, **RAY_INIT)
+        ray.init(num_cpus=2, runtime_env=env, **RAY_INIT)
     facts: dict[str, Any] = {}
     with timer("iteration"):
         with timer("make"):
@@ -133,6 +143,7 @@ def calls(out: str, address: str | None) -> None:
             with timer("fail_open"):
                 env = {"env_vars": {"PYTHONPATH": os.environ["SHADOW_OTEL_RL"]}}
                 facts["plain"] = ray.get(plain.options(runtime_env=env).remote(2, y=3))
+    facts["hook"] = ray.get(hook_ran.remote())
     facts["reused"] = sorted(set(train_pids) & set(eval_pids))
     facts["threads"] = len(set(idents))
     facts["waited"] = len(got)
@@ -244,7 +255,11 @@ def multinode(out: str, address: str | None) -> None:
     with timer("iteration"):
         with timer("spawn"):
             far = [Far.options(resources={"node2": 1}).remote() for _ in range(2)]
-            near = Far.options(num_cpus=0).remote()
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here_node = ray.get_runtime_context().get_node_id()
+            near = Far.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                here_node, soft=False)).remote()
         with timer("remote_sample"):
             seen = ray.get([a.step.remote(10) for a in far])
         with timer("local_sample"):
