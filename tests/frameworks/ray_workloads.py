@@ -187,7 +187,10 @@ def losses(out: str, address: str | None) -> None:
     with timer("run_actors"):
         killed, raising, leaving, doomed = (Doomed.remote(n) for n in
                                             ("killed", "raising", "leaving", "doomed"))
-        ray.get([a.work.remote(5) for a in (killed, raising, leaving, doomed)])
+        pids = ray.get([a.work.remote(5) for a in (killed, raising, leaving, doomed)])
+        if os.environ.get("KILL_IDLE") == "1":
+            time.sleep(1.5)  # longer than a worker's delivery interval, doing nothing
+            os.kill(pids[3], signal.SIGKILL)
         ray.kill(killed)  # idle: otel_rl has it deliver first
         try:
             ray.get(raising.fail.remote())

@@ -264,3 +264,17 @@ def test_ray_two_nodes_one_run_own_clocks_same_tree_from_jaeger(
     assert counts(again) == found
     assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
         sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+
+
+def test_ray_worker_killed_when_idle_longer_than_the_window_loses_nothing(
+        ray_venv: Venv, tmp_path: Path) -> None:
+    """The loss window: a worker SIGKILLed after 1.5 s of doing nothing (more than its 0.5 s
+    delivery interval) had delivered everything: the tree is complete and exact."""
+    done, out = _run(ray_venv, tmp_path, "losses", KILL_IDLE="1")
+    _result(done)
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    for name, n in (("killed", 5), ("raising", 6), ("leaving", 6), ("doomed", 5)):
+        assert found[("run_actors", f"{name}_step")] == (n, True), name
+    assert "without delivering" not in done.stderr
