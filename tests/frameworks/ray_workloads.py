@@ -21,7 +21,7 @@ import ray
 
 from otel_rl.timers import hierarchical_timer as timer
 
-RAY_INIT: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+RAY_INIT: dict[str, Any] = {"include_dashboard": False, "log_to_driver": os.environ.get("LOG_TO_DRIVER") == "1"}
 
 
 def result(**facts: Any) -> None:
@@ -79,13 +79,23 @@ def plain(x: int, *, y: int = 1) -> int:
     return x + y  # runs where otel_rl cannot be imported
 
 
+def users_own_hook() -> None:
+    os.environ["USERS_OWN_HOOK"] = "ran"
+
+
+@ray.remote
+def hook_ran() -> str | None:
+    return os.environ.get("USERS_OWN_HOOK")
+
+
 def calls(out: str, address: str | None) -> None:
     """Every kind of call, each from its own block; the issue's scenario (2 actors x 3 calls x
-    20 blocks, a task called 3 times) included."""
+    20 blocks, a task called 3 times) included. The program has a setup hook of its own."""
+    env = {"worker_process_setup_hook": users_own_hook}
     if address:
-        ray.init(address=address, **RAY_INIT)
+        ray.init(address=address, runtime_env=env, **RAY_INIT)
     else:
-        ray.init(num_cpus=2, **RAY_INIT)
+        ray.init(num_cpus=2, runtime_env=env, **RAY_INIT)
     facts: dict[str, Any] = {}
     with timer("iteration"):
         with timer("make"):
@@ -133,6 +143,7 @@ def calls(out: str, address: str | None) -> None:
             with timer("fail_open"):
                 env = {"env_vars": {"PYTHONPATH": os.environ["SHADOW_OTEL_RL"]}}
                 facts["plain"] = ray.get(plain.options(runtime_env=env).remote(2, y=3))
+    facts["hook"] = ray.get(hook_ran.remote())
     facts["reused"] = sorted(set(train_pids) & set(eval_pids))
     facts["threads"] = len(set(idents))
     facts["waited"] = len(got)
@@ -176,7 +187,10 @@ def losses(out: str, address: str | None) -> None:
     with timer("run_actors"):
         killed, raising, leaving, doomed = (Doomed.remote(n) for n in
                                             ("killed", "raising", "leaving", "doomed"))
-        ray.get([a.work.remote(5) for a in (killed, raising, leaving, doomed)])
+        pids = ray.get([a.work.remote(5) for a in (killed, raising, leaving, doomed)])
+        if os.environ.get("KILL_IDLE") == "1":
+            time.sleep(1.5)  # longer than a worker's delivery interval, doing nothing
+            os.kill(pids[3], signal.SIGKILL)
         ray.kill(killed)  # idle: otel_rl has it deliver first
         try:
             ray.get(raising.fail.remote())
@@ -187,6 +201,7 @@ def losses(out: str, address: str | None) -> None:
         except ray.exceptions.RayActorError:
             pass
         if kill_it:
+            time.sleep(1.5)  # longer than a worker's delivery interval: `work` is delivered
             marker = os.path.join(out, "hanging.pid")
             doomed.hang.remote(marker)
             while not os.path.exists(marker) or not open(marker).read():
@@ -197,7 +212,69 @@ def losses(out: str, address: str | None) -> None:
     result(killed_worker=kill_it)
 
 
-SCENARIOS = {"calls": calls, "losses": losses}
+@ray.remote
+class Far:
+    def step(self, n: int) -> dict[str, Any]:
+        for _ in range(n):
+            with timer("far_step"):
+                pass
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "time": time.time()}
+
+
+SKEW_SITECUSTOMIZE = """
+import time
+_time, _time_ns = time.time, time.time_ns
+time.time = lambda: _time() + 3600.0
+time.time_ns = lambda: _time_ns() + 3600 * 10**9
+"""
+
+
+def multinode(out: str, address: str | None) -> None:
+    """Two nodes (``ray.cluster_utils.Cluster``): actors pinned to the second one by a custom
+    resource. The second node's processes run on a clock one hour ahead (their Python's
+    ``time.time``), as a machine whose clock disagrees with the driver's."""
+    from ray.cluster_utils import Cluster
+
+    import otel_rl
+
+    otel_rl.configure()  # settings from the environment (endpoint, output, spans)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    skewed = os.path.join(out, "skewed-clock")
+    os.makedirs(skewed, exist_ok=True)
+    with open(os.path.join(skewed, "sitecustomize.py"), "w") as f:
+        f.write(SKEW_SITECUSTOMIZE)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = skewed  # inherited by the second node's raylet and workers only
+    try:
+        cluster.add_node(num_cpus=2, resources={"node2": 2})
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    ray.init(address=cluster.address, **RAY_INIT)
+    cluster.wait_for_nodes()
+    with timer("iteration"):
+        with timer("spawn"):
+            far = [Far.options(resources={"node2": 1}).remote() for _ in range(2)]
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here_node = ray.get_runtime_context().get_node_id()
+            near = Far.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                here_node, soft=False)).remote()
+        with timer("remote_sample"):
+            seen = ray.get([a.step.remote(10) for a in far])
+        with timer("local_sample"):
+            here = ray.get(near.step.remote(3))
+    driver_node = ray.get_runtime_context().get_node_id()
+    ray.shutdown()
+    cluster.shutdown()
+    result(driver_node=driver_node, far=seen, near=here, driver_time=time.time(),
+           run_id=os.environ.get("OTEL_RL_RUN_ID"))
+
+
+SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +106,16 @@ def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
     assert facts["plain"] == 5  # fail open: the call ran, its keyword argument intact
     assert facts["reused"], "no worker process ran tasks for both callers"
     assert facts["threads"] == 2 and facts["waited"] == 1
+    assert facts["hook"] == "ran"  # the program's own worker_process_setup_hook still runs
     tree = load(out / "timers.json")
     _check_calls_tree(tree)
-    roles = sorted({(w["role"], w["index"]) for w in tree["workers"]})
-    assert roles == [("AsyncSim", 0), ("Sim", 0), ("Sim", 1), ("Threaded", 0),
-                     ("ray_task", 0), ("ray_task", 1)]
+    roles: dict[str, set[int]] = {}
+    for worker in tree["workers"]:
+        roles.setdefault(worker["role"], set()).add(worker["index"])
+    assert set(roles) == {"AsyncSim", "Sim", "Threaded", "ray_task"}
+    assert roles["Sim"] == {0, 1} and roles["AsyncSim"] == roles["Threaded"] == {0}
+    # However many processes Ray used for tasks, numbered 0, 1, ...
+    assert roles["ray_task"] == set(range(len(roles["ray_task"]))) and len(roles["ray_task"]) >= 1
     assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
     # The spans say the same: each worker block's parent is the calling block's span.
     spans = list(span_lines(out / "spans.otlp.jsonl"))
@@ -131,17 +138,40 @@ def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) ->
     port = _free_port()
     address = f"127.0.0.1:{port}"
     temp = Path("/tmp") / f"ray-otel-{os.getpid()}-{port}"  # short: Unix socket paths
-    started = ray_venv.run(ray_venv.bin / "ray", "start", "--head", f"--port={port}",
-                           "--num-cpus=2", "--include-dashboard=false",
-                           f"--temp-dir={temp}", "--disable-usage-stats", cwd=tmp_path,
-                           timeout=180)
-    assert started.returncode == 0, started.stderr[-2000:]
+    # --block: the command stays in front and takes the cluster down when it is stopped; in
+    # a session of its own, so that only what this test started is ended.
+    head = subprocess.Popen(
+        [str(ray_venv.bin / "ray"), "start", "--head", "--block", f"--port={port}",
+         "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp}",
+         "--disable-usage-stats"],
+        cwd=tmp_path, env=ray_venv.env(RAY_AUTH_MODE="disabled"), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        done, out = _run(ray_venv, tmp_path, "calls", address)
-        _result(done)
+        for _ in range(600):  # until the head answers (up to a minute)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None, "ray start --head exited"
+            time.sleep(0.1)
+        done, out = _run(ray_venv, tmp_path, "calls", address, RAY_AUTH_MODE="disabled")
+        assert _result(done)["hook"] == "ran"
         _check_calls_tree(load(out / "timers.json"))
     finally:
-        ray_venv.run(ray_venv.bin / "ray", "stop", "--force", cwd=tmp_path, timeout=120)
+        _stop_group(head)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """End `process` and everything in its session (what it started), SIGKILL after 30 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
 
 
 def test_ray_nothing_lost_kill_raise_exit_shutdown(ray_venv: Venv, tmp_path: Path) -> None:
@@ -179,3 +209,72 @@ def test_ray_killed_worker_is_counted_and_the_tree_is_partial(ray_venv: Venv,
     again = load(tmp_path / "rebuilt.json")
     assert again["complete"] is False and counts(again) == found
     assert node_at(again, "run_actors", "killed_step")["count"] == 5
+
+
+@pytest.mark.jaeger
+def test_ray_two_nodes_one_run_own_clocks_same_tree_from_jaeger(
+        ray_venv: Venv, tmp_path: Path, jaeger: Any, jaeger_service: str) -> None:
+    """A second node whose clock is an hour ahead: its actors' blocks arrive in the run (Ray
+    carries them, nothing shared but Ray), under the driver block that called them, with
+    timestamps from their own clock; the driver's timers.json holds them, and
+    ``otel-rl tree --jaeger URL --run-id ID`` gives back the same whole-run tree."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run_id = f"ray-two-nodes-{os.getpid()}"
+    done = ray_venv.run(ray_venv.python, WORKLOADS, "multinode", out, cwd=tmp_path,
+                        timeout=600, OTEL_RL_RUN_ID=run_id, OTEL_RL_OUTPUT_DIR=str(out),
+                        OTEL_RL_SPANS="all", OTEL_SERVICE_NAME=jaeger_service,
+                        OTEL_EXPORTER_OTLP_ENDPOINT=jaeger.otlp_http_endpoint)
+    facts = _result(done)
+    assert {f["node"] for f in facts["far"]} != {facts["driver_node"]}
+    assert all(f["node"] != facts["driver_node"] for f in facts["far"])
+    assert facts["near"]["node"] == facts["driver_node"]
+    # The second node's clock really is an hour ahead of the driver's.
+    assert 3500 < facts["far"][0]["time"] - facts["driver_time"] < 3700
+
+    tree = load(out / "timers.json")
+    found = counts(tree)
+    assert found[("iteration", "remote_sample", "far_step")] == (20, True)
+    assert found[("iteration", "local_sample", "far_step")] == (3, True)
+    assert "complete" not in tree
+
+    # Spans: each far_step's parent is the driver block that called it, and its start time
+    # is its own machine's clock (an hour after its parent's on the second node).
+    spans: dict[str, dict[str, Any]] = {}
+    for line in (out / "spans.otlp.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    spans[span["spanId"]] = span
+    skews = {}
+    for span in spans.values():
+        if span["name"] == "far_step":
+            parent = spans[span["parentSpanId"]]
+            offset = (int(span["startTimeUnixNano"]) - int(parent["startTimeUnixNano"])) / 1e9
+            skews.setdefault(parent["name"], []).append(offset)
+    assert len(skews["remote_sample"]) == 20 and len(skews["local_sample"]) == 3
+    assert all(3500 < s < 3700 for s in skews["remote_sample"]), skews
+    assert all(0 <= s < 60 for s in skews["local_sample"]), skews
+
+    from_jaeger = tmp_path / "from_jaeger.json"
+    rebuilt = ray_venv.run(ray_venv.bin / "otel-rl", "tree", "--jaeger", jaeger.query_url,
+                           "--run-id", run_id, "-o", from_jaeger, cwd=tmp_path, timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    again = load(from_jaeger)
+    assert counts(again) == found
+    assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
+        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+
+
+def test_ray_worker_killed_when_idle_longer_than_the_window_loses_nothing(
+        ray_venv: Venv, tmp_path: Path) -> None:
+    """The loss window: a worker SIGKILLed after 1.5 s of doing nothing (more than its 0.5 s
+    delivery interval) had delivered everything: the tree is complete and exact."""
+    done, out = _run(ray_venv, tmp_path, "losses", KILL_IDLE="1")
+    _result(done)
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    for name, n in (("killed", 5), ("raising", 6), ("leaving", 6), ("doomed", 5)):
+        assert found[("run_actors", f"{name}_step")] == (n, True), name
+    assert "without delivering" not in done.stderr

@@ -16,14 +16,16 @@ Internal API for framework integrations (the RLlib module builds on it):
 
 - A Ray worker process joins the run by itself: nothing to call. In it,
   `otel_rl._internal.runtime.active()` is a worker runtime (``is_worker``) whose records go
-  to the driver through Ray (`sink.RaySink`).
+  to the driver through Ray (`sink.RaySink`). Joining runs `propagation.install()`, so patches
+  made when a module is imported (`propagation._LAZY_PATCHES`, e.g. one for ``ray.rllib``)
+  apply in Ray workers too, on any node, with or without ``otel-rl run``.
 - ``worker.set_role(role, index=None)``: name this worker process's role in the run (resource
   ``otel_rl.worker.role``, the whole-run ``workers`` list, the HTML report). Default: an
   actor's class name (set before its ``__init__`` runs), ``ray_task`` for a process that runs
   tasks only. Indices are numbered per role by the driver in the order it first receives
   blocks from each process, unless given.
 - ``worker.flush_now(final)``: deliver what this process holds now (bounded).
-- ``calls.carrier_now()`` / ``calls.parse(value)``: the per-call context carrier (a string).
+- ``calls.carrier_now()`` / ``calls.parse(value)``: the per-call context carrier (bytes).
 - Every ``.remote()`` (task, actor creation, actor method; from the driver or from inside a
   worker) carries the block open on the calling thread; the call's blocks in the worker are
   children of it (spans, and the whole-run timers.json as parallel branches).

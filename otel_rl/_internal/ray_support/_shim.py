@@ -104,6 +104,10 @@ class Collector:
     has asked every worker for a last delivery (`request_final`)."""
 
     def __init__(self, cap: int) -> None:
+        try:
+            _entry_point().leave()
+        except Exception:
+            pass
         self._items: list[tuple[str, dict[str, Any], list[bytes]]] = []
         self._bytes = 0
         self._cap = cap

@@ -32,29 +32,38 @@ _VERSION = "1"
 _made = threading.local()
 
 
-def carrier_now() -> str | None:
-    """The current block's context as a call carrier; None while otel_rl does not propagate."""
+def carrier_now() -> bytes | None:
+    """The current block's context as a call carrier; None while otel_rl does not propagate.
+    Bytes: Ray serializes them several times faster than a str (~0.5 vs ~2.4 µs here)."""
     rt = runtime.active()
     if rt is None or not rt.settings.propagate:
         return None
     st = recorder.thread_stack()
     top = st.top
     cached = getattr(_made, "last", None)
-    if cached is not None and cached[0] is top and cached[1] is st:
+    # Keyed by the open block's timer and its span id (a timer object entered again is a
+    # new span) and the stack.
+    if (cached is not None and cached[0] is top and cached[1] is st
+            and cached[3] == top._sid):
         return cached[2]  # type: ignore[no-any-return]
     _, base, path = runtime.current_base(rt)
     trace = st.trace or base.trace or rt.trace
     span = st.span or base.span_id or rt.run_span_id
     sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
     value = _SEP.join((_VERSION, f"{trace.trace_id:x}", f"{span:x}", f"{rt.pid:x}",
-                       f"{st.tid:x}", "1" if sampled else "0", *path))
-    _made.last = (top, st, value)
+                       f"{st.tid:x}", "1" if sampled else "0", *path)).encode("utf-8")
+    _made.last = (top, st, value, top._sid)
     return value
 
 
 def parse(value: object) -> tuple[int, int, int, int, bool, tuple[str, ...]] | None:
     """(trace id, span id, pid, thread id, sampled, path) of a call carrier; None if it is
     not one."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     if not isinstance(value, str):
         return None
     parts = value.split(_SEP)
@@ -71,7 +80,20 @@ def parse(value: object) -> tuple[int, int, int, int, bool, tuple[str, ...]] | N
 _original: dict[str, Any] = {}
 
 
+class internal:
+    """Ray calls made in the ``with`` body are otel_rl's own (delivery, collection): they
+    carry no context and are not counted as the program's calls."""
+
+    def __enter__(self) -> None:
+        _made.internal = getattr(_made, "internal", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _made.internal -= 1
+
+
 def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    if getattr(_made, "internal", 0) or threading.current_thread().name.startswith("otel_rl-"):
+        return kwargs  # otel_rl's own calls (its threads deliver and collect)
     try:
         value = carrier_now()
     except Exception:
@@ -85,6 +107,8 @@ def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _patched_flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> Any:
     handed = kwargs.pop(KEY, None) if kwargs and KEY in kwargs else None
+    if handed is not None and not args and not kwargs and not signature_parameters:
+        return [KEY, handed]  # Ray's own no-argument shortcut (nothing to check), plus ours
     flat = _original["flatten_args"](signature_parameters, args, kwargs)
     if handed is not None:
         flat += [KEY, handed]
@@ -96,8 +120,7 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
 
     def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                 **options: Any) -> Any:
-        if not getattr(self, "_is_cross_language", False) and not getattr(
-                self, "_ray_is_cross_language", False) and not _client_mode():
+        if not _cross_language(self) and not _client_mode():
             kwargs = _with_carrier(kwargs)
         return original(self, args, kwargs, *rest, **options)
 
@@ -107,11 +130,24 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     return _remote
 
 
-def _client_mode() -> bool:
+def _cross_language(target: Any) -> bool:
+    """A call to Java or C++ takes no keyword arguments: it carries no context."""
     try:
-        from ray._private.client_mode_hook import client_mode_should_convert
+        actor = getattr(target, "_actor", None)  # an ActorMethod's handle
+        meta = getattr(target, "__ray_metadata__", None)  # an ActorClass's metadata
+        return bool(getattr(target, "_is_cross_language", False)
+                    or getattr(actor, "_ray_is_cross_language", False)
+                    or getattr(meta, "is_cross_language", False))
+    except Exception:
+        return True
 
-        return bool(client_mode_should_convert())
+
+def _client_mode() -> bool:
+    should_convert = _original.get("client_mode")
+    if should_convert is None:
+        return True
+    try:
+        return bool(should_convert())
     except Exception:
         return True
 
@@ -123,7 +159,9 @@ def patch_submit() -> None:
     import ray._common.signature as signature
     import ray.actor
     import ray.remote_function
+    from ray._private.client_mode_hook import client_mode_should_convert
 
+    _original["client_mode"] = client_mode_should_convert
     _original["flatten_args"] = signature.flatten_args
     signature.flatten_args = _patched_flatten_args
     for key, owner in (("task", ray.remote_function.RemoteFunction),
@@ -134,7 +172,7 @@ def patch_submit() -> None:
 
 # --- execute side ---------------------------------------------------------------------------------
 #: Parsed carriers (a worker sees the same few callers' blocks over and over).
-_bases: dict[str, Base] = {}
+_bases: dict[bytes, Base] = {}
 running = 0  # calls running now in this process (read by the delivery, for loss accounting)
 started = 0  # calls started so far
 _running_lock = threading.Lock()
@@ -154,7 +192,7 @@ def calls_started() -> int:
     return started
 
 
-def _base_of(rt: Runtime, value: str) -> Base | None:
+def _base_of(rt: Runtime, value: bytes) -> Base | None:
     base = _bases.get(value)
     if base is not None and base.trace is not None:
         return base
@@ -208,7 +246,7 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         handed = kwargs.pop(KEY, None)
         rt = runtime.active()
-        base = _base_of(rt, handed) if rt is not None and handed is not None else None
+        base = _base_of(rt, handed) if rt is not None and isinstance(handed, bytes) else None
         if base is None or rt is None:
             return executor(*args, **kwargs)
         stack = _stack_for(rt, base)

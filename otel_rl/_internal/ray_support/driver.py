@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from otel_rl._internal import relay, semconv
-from otel_rl._internal.ray_support import _shim
+from otel_rl._internal.ray_support import _shim, calls
 from otel_rl._internal.runtime import Runtime
 
 #: Bytes of pushed frames the collector holds between two drains before refusing more.
@@ -126,11 +126,16 @@ class Driver:
 
     def start_collector(self) -> None:
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         context = ray.get_runtime_context()
         collector = ray.remote(num_cpus=0, max_restarts=0)(_shim.Collector)
-        self.handle = collector.options(
+        with calls.internal():
+            self.handle = self._create(collector, context)
+
+    def _create(self, collector: Any, context: Any) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return collector.options(
             name=self.name, lifetime=None,
             scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(),
                                                                soft=False),
@@ -148,8 +153,10 @@ class Driver:
             if not ray.is_initialized():
                 return
             try:
-                items = ray.get(handle.drain.remote(),
-                                timeout=max(0.1, min(DRAIN_TIMEOUT, deadline - time.monotonic())))
+                with calls.internal():
+                    ref = handle.drain.remote()
+                items = ray.get(ref, timeout=max(0.1, min(DRAIN_TIMEOUT,
+                                                          deadline - time.monotonic())))
             except Exception as exc:
                 self.rt.stats.warn_once("ray-drain", f"cannot drain the Ray collector: {exc!r}")
                 return
@@ -211,7 +218,9 @@ class Driver:
             return
         wait_until = min(deadline, time.monotonic() + WORKER_FLUSH_INTERVAL + 3.0)
         try:
-            ray.get(self.handle.request_final.remote(),
+            with calls.internal():
+                ref = self.handle.request_final.remote()
+            ray.get(ref,
                     timeout=max(0.1, wait_until - time.monotonic()))
         except Exception as exc:
             self.rt.stats.warn_once("ray-final", f"cannot reach the Ray collector: {exc!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import time
+from collections.abc import Callable
 from typing import Any
 
 from otel_rl._internal import log, runtime
@@ -42,20 +43,35 @@ def _patch_driver() -> None:
     import ray
     import ray._private.worker as ray_worker
 
-    original_init, original_shutdown, original_kill = (
-        ray_worker.init, ray_worker.shutdown, ray_worker.kill)
+    for owner in (ray_worker, ray):  # `ray.kill` is not always `ray._private.worker.kill`
+        for name, make in (("init", _init), ("shutdown", _shutdown), ("kill", _kill)):
+            old = getattr(owner, name, None)
+            if old is None or getattr(old, "_otel_rl", False):
+                continue
+            new = make(old)
+            new.__name__, new.__doc__ = name, old.__doc__
+            new.__wrapped__ = old  # type: ignore[attr-defined]
+            new._otel_rl = True  # type: ignore[attr-defined]
+            setattr(owner, name, new)
+    # Runs before Ray's own exit handler (registered when ray was imported, before this).
+    atexit.register(_finish, "the program exited")
 
+
+def _init(original: Callable[..., Any]) -> Callable[..., Any]:
     def init(*args: Any, **kwargs: Any) -> Any:
         global _driver
+        import ray
+
         rt = runtime.active()
         address = kwargs.get("address", args[0] if args else None)
         if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
                 or ray.is_initialized() or kwargs.get("local_mode")
                 or (isinstance(address, str) and address.startswith("ray://"))):
-            return original_init(*args, **kwargs)
+            return original(*args, **kwargs)
         from otel_rl._internal.ray_support.driver import Driver
 
         driver = None
+        given = dict(kwargs)
         try:
             driver = Driver(rt)
             kwargs["runtime_env"] = driver.runtime_env(kwargs.get("runtime_env"))
@@ -63,7 +79,16 @@ def _patch_driver() -> None:
             rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
             driver = None
         with runtime.no_context_for_programs():  # raylet's workers join by the job's hook
-            result = original_init(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except Exception as exc:
+                if driver is None or ray.is_initialized():
+                    raise
+                # Refused before connecting (a job's runtime_env that cannot take the hook,
+                # say): the program's own call must still work, without otel_rl's part.
+                rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+                driver = None
+                result = original(*args, **given)
         if driver is not None:
             try:
                 driver.start_collector()
@@ -74,26 +99,25 @@ def _patch_driver() -> None:
                 rt.stats.warn_once("ray-collector", f"cannot start the Ray collector: {exc!r}")
         return result
 
+    return init
+
+
+def _shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
     def shutdown(*args: Any, **kwargs: Any) -> Any:
         _finish("ray.shutdown()")
-        return original_shutdown(*args, **kwargs)
+        return original(*args, **kwargs)
 
+    return shutdown
+
+
+def _kill(original: Callable[..., Any]) -> Callable[..., Any]:
     def kill(actor: Any, *args: Any, **kwargs: Any) -> Any:
         driver = _driver
         if driver is not None and not driver.finished:
             _flush_before_kill(driver, actor)
-        return original_kill(actor, *args, **kwargs)
+        return original(actor, *args, **kwargs)
 
-    for new, old in ((init, original_init), (shutdown, original_shutdown),
-                     (kill, original_kill)):
-        name = str(getattr(old, "__name__", ""))
-        new.__name__, new.__doc__ = name, old.__doc__
-        new.__wrapped__ = old  # type: ignore[attr-defined]
-        setattr(ray_worker, name, new)
-        if getattr(ray, name, None) is old:
-            setattr(ray, name, new)
-    # Runs before Ray's own exit handler (registered when ray was imported, before this).
-    atexit.register(_finish, "the program exited")
+    return kill
 
 
 def _finish(reason: str) -> None:
@@ -118,8 +142,9 @@ def _flush_before_kill(driver: Any, actor: Any) -> None:
     import ray
 
     try:
-        key = ray.get(actor.__ray_call__.remote(_shim.flush_in_actor),
-                      timeout=KILL_FLUSH_TIMEOUT)
+        with calls.internal():
+            ref = actor.__ray_call__.remote(_shim.flush_in_actor)
+        key = ray.get(ref, timeout=KILL_FLUSH_TIMEOUT)
     except Exception:
         return  # busy or gone: what it held is counted at the end if it was busy
     driver.feed(time.monotonic() + KILL_FLUSH_TIMEOUT)

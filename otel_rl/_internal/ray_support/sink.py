@@ -7,8 +7,10 @@ snapshot frame); the collector only holds them until the driver drains it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,11 +61,14 @@ class RaySink(RelayClient):
         self._ticks = 0
         self._connect_lock = threading.Lock()
         self.pushes = 0
-        #: Calls running now and started so far, and what starts a flush at once (set by
-        #: `worker.join`).
+        #: Set in the collector's own process: it delivers nothing (it would push to itself).
+        self.left = False
+        #: Calls running now and started so far, what starts a flush at once, and what marks
+        #: otel_rl's own Ray calls (set by `worker.join`).
         self.running: Callable[[], int] = lambda: 0
         self.started: Callable[[], int] = lambda: 0
         self.wake: Callable[[], None] = lambda: None
+        self.calls_internal: Callable[[], Any] = contextlib.nullcontext
 
     def _connect(self) -> Any:
         with self._connect_lock:
@@ -93,28 +98,38 @@ class RaySink(RelayClient):
     def note_busy(self) -> None:
         """A call starts: if the last push said idle, tell the driver now (not waited for),
         so a worker killed before its next push is counted lost, not presumed idle."""
-        if self._last_busy or self._notified_busy:
+        if self._last_busy or self._notified_busy or self.left:
             return
         self._notified_busy = True
         try:
             handle = self._connect()
             if handle is not None:
-                handle.push.remote(self.key, {"seq": self.seq, "busy": True, "notice": True},
-                                   [])
+                with self.calls_internal():
+                    handle.push.remote(self.key,
+                                       {"seq": self.seq, "busy": True, "notice": True}, [])
         except Exception:
             pass
 
-    def _push(self) -> None:
+    def _push(self, timeout: float = PUSH_TIMEOUT) -> None:
+        if self.left:
+            return
         with self._lock:
             started, started_before = self.started(), self._started_at_snapshot
             frames, records = self._frames, self._records
             self._frames, self._records = [], 0
             snapshot, self._snapshot = self._snapshot, None
             self._ticks += 1
+            # Nothing ran since a push that said idle: skip (a snapshot every 8th tick anyway).
+            # A push that said busy is always followed by one more (saying idle, or not).
             quiet = (not records and not self.final and not self._answering
-                     and started_before == self._started_pushed and self._ticks % 8)
+                     and not self._last_busy and started_before == self._started_pushed
+                     and self._ticks % 8)
             if quiet or (snapshot is None and not frames and not self.final):
-                return  # nothing ran since the last push (a snapshot every 8th tick anyway)
+                return
+            if not started and not records and not self.final and not self._answering:
+                # A pooled worker that has run nothing: nothing to say. (A push from a worker
+                # Ray has not leased yet can wait until it is leased.)
+                return
             if snapshot is not None:
                 frames.append(relay._encode(relay.KIND_SNAPSHOT, snapshot))
             busy = self.running() > 0 or started != started_before
@@ -129,7 +144,7 @@ class RaySink(RelayClient):
                         "answer": self._answering, "final": self.final, "pid": os.getpid(),
                         "index_given": self.index_given}
                 asked = ray.get(handle.push.remote(self.key, meta, frames),
-                                timeout=PUSH_TIMEOUT)
+                                timeout=max(0.1, timeout))
                 self.pushes += 1
             except Exception as exc:
                 self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
@@ -146,4 +161,4 @@ class RaySink(RelayClient):
 
     def shutdown(self, deadline: float) -> None:
         self.final = True
-        self._push()
+        self._push(min(PUSH_TIMEOUT, deadline - time.monotonic()))

@@ -61,6 +61,7 @@ def join(joining: dict[str, str]) -> bool:
     if isinstance(sink, RaySink):
         sink.running = calls.calls_running
         sink.started = calls.calls_started
+        sink.calls_internal = calls.internal
         sink.wake = rt.pipeline.wake.set
         calls.on_call_start = sink.note_busy
     return True
@@ -107,6 +108,14 @@ def flush_now(final: bool) -> str | None:
         sink.final = True
     rt.pipeline.flush(time.monotonic() + PUSH_TIMEOUT)
     return sink.key
+
+
+def leave() -> None:
+    """This process hosts the run's collector: it delivers nothing (it would push to itself)."""
+    rt = runtime.active()
+    sink = rt.relay_client if rt is not None else None
+    if isinstance(sink, RaySink):
+        sink.left = True
 
 
 def _patch_exit_actor() -> None:
