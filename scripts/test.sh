@@ -38,5 +38,5 @@ echo "== ruff"
 echo "== mypy (strict on otel_rl/)"
 "$PY" -m mypy
 
-echo "== pytest"
-exec "$PY" -m pytest tests "$@"
+echo "== pytest (Python 3.10-3.13: scripts/python-matrix.sh)"
+exec bash scripts/python-matrix.sh "$PY" "$@"

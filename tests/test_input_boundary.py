@@ -19,7 +19,7 @@ from otel_rl._internal import aggregates
 from otel_rl._internal.errors import UserError
 from otel_rl._internal.jsonout import dumps
 from otel_rl._internal.readers import boundary
-from otel_rl._internal.readers.boundary import Limits, parse_json, read_input
+from otel_rl._internal.readers.boundary import Limits, parse_json, parse_json_values, read_input
 
 
 def _random_json(rng: random.Random, depth: int = 0) -> Any:
@@ -49,6 +49,21 @@ def test_deep_documents_parse_up_to_the_limit_and_no_further() -> None:
     assert value == 1
     with pytest.raises(UserError, match=r"^x\.json: nested deeper than 100 levels$"):
         parse_json("[" * 2000 + "]" * 2000, "x.json", Limits(max_depth=100))
+
+
+def test_the_depth_limit_is_the_same_on_every_interpreter_for_answers_too() -> None:
+    """Servers' answers (concatenated values) parse as deep as documents and no deeper: 3,000
+    levels are past the C parser of Python 3.10-3.12 and within 3.13's."""
+    deep = "[" * 3000 + "]" * 3000
+    values = parse_json_values(deep + "\n" + deep + ' {"a": 1}', "answer")
+    assert len(values) == 3 and values[2] == {"a": 1}
+    with pytest.raises(UserError, match=r"^answer: nested deeper than 100 levels$"):
+        parse_json_values('{"a": 1} ' + deep, "answer", Limits(max_depth=100))
+    with pytest.raises(UserError, match=r"^answer: nested deeper than 2,000 levels$"):
+        parse_json_values(deep, "answer", Limits(max_depth=2000))
+    with pytest.raises(UserError, match=r"^x: nested deeper than 2,000 levels$"):
+        parse_json(deep, "x", Limits(max_depth=2000))
+    assert parse_json("[" * 100 + "]" * 100, "x", Limits(max_depth=100))  # exactly the limit
 
 
 @pytest.mark.parametrize(

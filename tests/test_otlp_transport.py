@@ -448,6 +448,9 @@ class Certs:
     server_key: Path
     client_cert: Path
     client_key: Path
+    lax_ca: Path
+    lax_server_cert: Path
+    lax_server_key: Path
 
 
 @pytest.fixture(scope="module")
@@ -460,16 +463,30 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     def run(*args: str) -> None:
         subprocess.run([openssl, *args], cwd=d, check=True, capture_output=True)
 
+    # A CA as RFC 5280 wants it, which Python 3.13's strict verification (VERIFY_X509_STRICT)
+    # insists on: basicConstraints critical, keyUsage keyCertSign, key identifiers. A bare
+    # `openssl req -x509` (OpenSSL 3) makes no keyUsage: see `lax_ca` below.
+    (d / "ca.cnf").write_text(
+        "[req]\ndistinguished_name = dn\n[dn]\n[ca]\n"
+        "basicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign\n"
+        "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid:always\n"
+    )
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-        "-days", "2", "-subj", "/CN=otel-rl test CA")  # fmt: skip
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "client"):
+        "-days", "2", "-subj", "/CN=otel-rl test CA", "-config", "ca.cnf", "-extensions", "ca")  # fmt: skip
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "lax-ca.key", "-out",
+        "lax-ca.pem", "-days", "2", "-subj", "/CN=otel-rl lax test CA")  # fmt: skip
+    (d / "leaf.ext").write_text(
+        "subjectAltName = IP:127.0.0.1, DNS:localhost\nauthorityKeyIdentifier = keyid\n"
+        "keyUsage = critical, digitalSignature, keyEncipherment\n"
+    )
+    for ca, name in (("ca", "server"), ("ca", "client"), ("lax-ca", "lax-server")):
         run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
             f"{name}.csr", "-subj", f"/CN={name}")  # fmt: skip
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext")  # fmt: skip
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "leaf.ext")  # fmt: skip
     return Certs(
-        d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key"
+        d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key",
+        d / "lax-ca.pem", d / "lax-server.pem", d / "lax-server.key",
     )
 
 
@@ -513,6 +530,32 @@ def test_http_tls_verifies_the_server_against_the_ca(
         OtlpTransport(url, protocol="http/protobuf", timeout_s=3).send(b"x")
     assert not info.value.retryable
     assert "TLS" in info.value.message
+
+
+def test_a_private_ca_refused_only_by_strict_checks_is_named_in_the_error(
+    certs: Certs, http_receiver: HttpReceiver
+) -> None:
+    """A CA without keyUsage (bare `openssl req -x509`): Python 3.13+ refuses it, and the
+    one-line error says which check and that it is the strict one; older Pythons take it."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs.lax_server_cert, certs.lax_server_key)
+    http_receiver.server.socket = context.wrap_socket(http_receiver.server.socket, server_side=True)
+    url = http_receiver.url.replace("http://", "https://")
+    transport = OtlpTransport(url, protocol="http/protobuf", certificate_file=str(certs.lax_ca))
+    if not ssl.create_default_context().verify_flags & ssl.VERIFY_X509_STRICT:
+        transport.send(b"lax")  # Python <= 3.12: not checked strictly
+        assert http_receiver.received[-1].body == b"lax"
+        return
+    with pytest.raises(ExportError) as info:
+        transport.send(b"lax")
+    assert not info.value.retryable
+    assert info.value.message == (
+        f"{url}/v1/traces: TLS error: certificate verify failed: CA cert does not include key"
+        " usage extension (refused by strict X.509 checks, the default since Python 3.13:"
+        " see README, TLS)"
+    )
 
 
 # Real Jaeger -------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any
 from otel_rl._internal import log, recorder, semconv
 from otel_rl._internal.recorder import TimerNode, hierarchical_timer
 from otel_rl._internal.shapes import Record
-from otel_rl._internal.threads import start_daemon
+from otel_rl._internal.threads import Daemon, sleep, start_daemon, stopping
 
 #: Seconds a block's span waits for its GPU time (and shutdown for pending pairs).
 timeout = 10.0
@@ -56,7 +56,7 @@ _pools: dict[int, list[Any]] = {}
 _queue: deque[Pending] = deque()  # ended pairs, handed to the resolver thread
 _wake = threading.Event()
 _idle = True  # the resolver waits on `_wake` (set only then, to keep `end` cheap)
-_thread: threading.Thread | None = None
+_thread: Daemon | None = None
 _lock = threading.Lock()
 _active = 0  # pairs the resolver holds (written only by the resolver thread)
 _active_pairs: list[Pending] = []  # the resolver's list as of its last pass
@@ -285,7 +285,11 @@ def _ensure_thread() -> None:
     with _lock:
         if _thread is None:
             # Born with SIGTERM/SIGINT blocked, like otel_rl's other threads (`threads`).
-            _thread = start_daemon("otel_rl-gpu", _loop)
+            _thread = start_daemon("otel_rl-gpu", _loop, wake=_wake_resolver)
+
+
+def _wake_resolver() -> None:
+    _wake.set()
 
 
 def _loop() -> None:
@@ -294,6 +298,10 @@ def _loop() -> None:
     last_prune = time.monotonic()
     generation = _generation
     while True:
+        if stopping():  # a fork: the pairs wait in the queue for the restarted resolver
+            _queue.extendleft(reversed(active))
+            _active, _active_pairs, _idle = 0, [], True
+            return
         if generation != _generation:
             active, generation = [], _generation
         moving = len(_queue)
@@ -316,7 +324,7 @@ def _loop() -> None:
         if now - last_prune > 1.0:
             last_prune = now
             _prune(now)
-        time.sleep(POLL_INTERVAL)
+        sleep(POLL_INTERVAL)
 
 
 def resolve(active: list[Pending], now: float) -> list[Pending]:

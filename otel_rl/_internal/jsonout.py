@@ -1,10 +1,12 @@
 """JSON text out: strict (no NaN/Infinity, which JSON does not have) and deep-safe.
 
-`dumps` is ``json.dumps(..., allow_nan=False)``, byte for byte. The standard encoder recurses
-once per nesting level, so a timers.json tree a few hundred blocks deep would end in a
-`RecursionError`; then an explicit-stack encoder writes the same format instead, except that
-indentation stops growing past `MAX_INDENT_LEVEL` (a tree 5,000 blocks deep would otherwise be
-hundreds of megabytes of spaces).
+`dumps` is ``json.dumps(..., allow_nan=False)``, byte for byte, for values nested at most
+`MAX_INDENT_LEVEL` levels. Deeper, an explicit-stack encoder writes the same format, except
+that indentation stops growing past `MAX_INDENT_LEVEL` (a tree 5,000 blocks deep would otherwise
+be hundreds of megabytes of spaces, the size quadratic in the depth). The depth is measured,
+not learnt from a `RecursionError`: how deep the standard encoder may recurse depends on the
+interpreter (Python 3.13 indents 6,000 levels without complaint: 72 MB). A `RecursionError` of
+the unindented encoder still falls back to the explicit stack.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["MAX_INDENT_LEVEL", "dumps"]
+__all__ = ["MAX_INDENT_LEVEL", "dumps", "nested_deeper_than"]
 
 MAX_INDENT_LEVEL = 64
 
@@ -29,12 +31,30 @@ def dumps(
 
     Raises `ValueError` for NaN or infinity, as ``json.dumps(allow_nan=False)`` does.
     """
+    if indent is not None and nested_deeper_than(value, MAX_INDENT_LEVEL):
+        return _dumps_deep(value, indent, separators, ensure_ascii)
     try:
         return json.dumps(
             value, indent=indent, separators=separators, ensure_ascii=ensure_ascii, allow_nan=False
         )
     except RecursionError:
         return _dumps_deep(value, indent, separators, ensure_ascii)
+
+
+def nested_deeper_than(value: Any, levels: int) -> bool:
+    """Whether `value` holds containers (dicts, lists, tuples; empty ones too) nested more than
+    `levels` deep, found with an explicit stack (no recursion, so any depth is fine)."""
+    containers = (dict, list, tuple)
+    if not isinstance(value, containers):
+        return False
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > levels:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        todo.extend((child, depth + 1) for child in children if isinstance(child, containers))
+    return False
 
 
 def _dumps_deep(

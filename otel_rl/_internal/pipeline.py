@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.shapes import Attributes, Record
 from otel_rl._internal.sinks.base import Sink, Stats
-from otel_rl._internal.threads import start_daemon
+from otel_rl._internal.threads import Daemon, start_daemon, stopping
 
 __all__ = ["Pipeline"]
 
@@ -50,11 +50,13 @@ class Pipeline:
         self.wake = threading.Event()
         self._stop = False
         self._flush_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._thread: Daemon | None = None
+        self._next_flush = 0.0
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = start_daemon("otel_rl-flush", self._loop)
+            self._next_flush = time.monotonic() + self.flush_interval
+            self._thread = start_daemon("otel_rl-flush", self._loop, wake=self.wake.set)
 
     def add_relayed(self, batch: Batch) -> None:
         if len(self.relayed) >= self.max_relayed:
@@ -63,11 +65,14 @@ class Pipeline:
         self.relayed.append(batch)
 
     def _loop(self) -> None:
+        # Stopped for every fork and started again after it (`threads`): the schedule lives
+        # in `_next_flush`, so a program forking more often than `flush_interval` still flushes.
         while not self._stop:
-            self.wake.wait(self.flush_interval)
+            self.wake.wait(max(0.0, self._next_flush - time.monotonic()))
             self.wake.clear()
-            if self._stop:
+            if self._stop or stopping():
                 break
+            self._next_flush = time.monotonic() + self.flush_interval
             self.flush(time.monotonic() + max(self.flush_interval * 5, 10.0))
 
     def _drain(self) -> list[Batch]:
@@ -113,7 +118,7 @@ class Pipeline:
         self._stop = True
         self.wake.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None:  # (not when called from the flush thread itself)
             thread.join(max(0.0, deadline - time.monotonic()))
         if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return  # a flush is stuck past the deadline; exit anyway

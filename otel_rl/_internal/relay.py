@@ -23,7 +23,7 @@ from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Sink, Stats
-from otel_rl._internal.threads import start_daemon
+from otel_rl._internal.threads import start_daemon, stopping
 
 _HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2
@@ -119,11 +119,17 @@ class RelayServer:
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._owner_pid = os.getpid()
-        self._thread = start_daemon("otel_rl-relay", self._loop)
+        self._thread = start_daemon("otel_rl-relay", self._loop, wake=self._wake)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not stopping():
             self._poll(1.0)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
 
     def _poll(self, timeout: float) -> bool:
         """One round of the event loop; True if any worker data was read."""
@@ -201,10 +207,7 @@ class RelayServer:
         if os.getpid() != self._owner_pid:
             return
         self._stop.set()
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._wake()
         self._thread.join(max(0.0, min(2.0, deadline - time.monotonic())))
         if not self._thread.is_alive():
             self.drain(deadline)
@@ -218,6 +221,20 @@ class RelayServer:
         import shutil
 
         shutil.rmtree(self._dir, ignore_errors=True)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: close this process's copies of the parent's sockets (the socket
+        file and the parent's connections stay the parent's)."""
+        for s in (*self._buffers, self._sock, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
+        self._buffers.clear()
+        try:
+            self._selector.close()
+        except (OSError, ValueError):
+            pass
 
 
 class RelayClient(Sink):
@@ -267,3 +284,7 @@ class RelayClient(Sink):
             self._sock.close()
         except OSError:
             pass
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: close its copy of the parent's (a worker's) connection."""
+        self.shutdown(0.0)

@@ -34,6 +34,7 @@ from otel_rl._internal import (
     placement,
     recorder,
     semconv,
+    threads,
     wholerun,
 )
 from otel_rl._internal.carrier import Carrier, Context
@@ -633,6 +634,7 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
             # the parent's buffer, which nothing in the child drains.
             os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                                 after_in_child=_after_fork_in_child)
+            threads.wrap_os_fork()
             _fork_hook_registered = True
         if settings.handle_sigterm and not settings.disabled:
             install_sigterm_flush()
@@ -772,12 +774,29 @@ def _before_fork() -> None:
     _fork.mask = _block_sigterm()
     _fork.carrier = None
     rt = active()
-    if rt is None or not rt.settings.propagate or getattr(_fork, "starting_process", False):
-        return
-    try:
-        _fork.carrier = make_carrier(for_process=True, role="fork", index=rt.next_index("fork"))
-    except Exception:
-        _fork.carrier = None
+    if rt is not None and rt.settings.propagate and not getattr(_fork, "starting_process", False):
+        try:
+            _fork.carrier = make_carrier(for_process=True, role="fork",
+                                         index=rt.next_index("fork"))
+        except Exception:
+            _fork.carrier = None
+    # Last (making the carrier may start the relay): no thread of otel_rl's is alive at the
+    # fork, so a program that was single-threaded before `configure()` forks single-threaded.
+    _stop_threads()
+
+
+def _stop_threads() -> None:
+    started = time.perf_counter()
+    alive = threads.pause_for_fork()
+    if alive:
+        rt = active()
+        names = ", ".join(d.name for d in alive)
+        message = (f"{names} still running {time.perf_counter() - started:.1f} s after fork() "
+                   "asked it to stop (an export in progress); forking with it alive")
+        if rt is not None:
+            rt.stats.warn_once("fork-threads", message)
+        else:
+            log.warning("otel_rl: %s", message)
 
 
 def _block_sigterm() -> set[int | signal.Signals] | None:
@@ -799,7 +818,10 @@ def _restore_sigmask() -> None:
 
 
 def _after_fork_in_parent() -> None:
-    _restore_sigmask()
+    try:
+        threads.resume_after_fork()
+    finally:
+        _restore_sigmask()
 
 
 def _after_fork_in_child() -> None:
@@ -813,20 +835,24 @@ def _after_fork_in_child() -> None:
 
 def _reset_in_child() -> None:
     global _rt, _lock, _sigterm_watch
+    threads.forget_all()  # the parent's, stopped for the fork; a worker starts its own
     if _sigterm_watch is not None:
         # The wakeup socket and its watcher are the parent's: this child's signals must not
         # reach them (the parent's watcher would take them for its own SIGTERM).
-        _sigterm_watch = None
+        watch, _sigterm_watch = _sigterm_watch, None
         try:
             signal.set_wakeup_fd(-1)
         except ValueError:
             pass
+        for end in watch:
+            end.close()
     rt = _rt
     if rt is None or rt.closed:
         return
     # Nothing made before the fork is reused: the parent's records, threads, sockets and
     # locks stay the parent's. The child starts clean: a worker of the parent when the parent
     # propagates, else not recording spans at all (like a spawned child nobody configured).
+    _close_inherited(rt)
     recorder.reset_after_fork()
     recorder.disarm()
     _lock = threading.RLock()
@@ -838,6 +864,20 @@ def _reset_in_child() -> None:
         start_worker(handed_down)
     except Exception:
         pass
+
+
+def _close_inherited(rt: Runtime) -> None:
+    """In a forked child: close its copies of the parent's sockets, quietly (closing a copy
+    sends nothing), rather than leave them to the garbage collector, whose ResourceWarnings
+    (``-W default``) would be otel_rl's."""
+    owners: list[Any] = [rt.relay_server, *rt.pipeline.sinks]
+    for owner in owners:
+        forget = getattr(owner, "forget_after_fork", None)
+        if forget is not None:
+            try:
+                forget()
+            except Exception:
+                pass
 
 
 # --- SIGTERM ---------------------------------------------------------------------------------------
@@ -911,12 +951,15 @@ def _watch_sigterm() -> None:
                 data = reader.recv(64)
             except OSError:
                 return
-            if not data or _sigterm_watch is None:
+            if not data or _sigterm_watch is None or threads.stopping():
                 return
             if signal.SIGTERM not in data:
                 continue
             for _ in range(20):
-                time.sleep(0.5)
+                if threads.sleep(0.5):
+                    # A fork meanwhile: the restarted watcher takes over, with the mark kept.
+                    _resend_wakeup(writer, signal.SIGTERM)
+                    return
                 if _sigterm_started or signal.getsignal(signal.SIGTERM) is not _on_sigterm:
                     break  # handled, or the program has put its own handler in since
                 try:
@@ -924,7 +967,15 @@ def _watch_sigterm() -> None:
                 except (OSError, ValueError):
                     return
 
-    start_daemon("otel_rl-sigterm", watch)
+    start_daemon("otel_rl-sigterm", watch, wake=lambda: _resend_wakeup(writer, 0))
+
+
+def _resend_wakeup(writer: socket.socket, signum: int) -> None:
+    """Put a byte into the wakeup socket: the watcher's `recv` returns (0 is no signal)."""
+    try:
+        writer.send(bytes([signum]))
+    except OSError:
+        pass
 
 
 def reset_for_tests() -> None:

@@ -382,7 +382,7 @@ class _HttpBackend:
             ) from None
         except ssl.SSLError as exc:
             self.close()
-            raise ExportError(False, f"{self.url}: TLS error: {exc.reason or exc}") from None
+            raise ExportError(False, f"{self.url}: TLS error: {_tls_reason(exc)}") from None
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -397,7 +397,30 @@ class _HttpBackend:
             conn.close()
 
     def forget(self) -> None:
-        self._conn = None
+        # The child's copy of the socket: closing it sends nothing (no TLS close_notify, no
+        # shutdown), and leaves no open socket to the garbage collector's ResourceWarning.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+#: OpenSSL's verify errors that only its strict RFC 5280 profile reports (X509_V_FLAG_X509_STRICT,
+#: which Python 3.13's default context sets as ``ssl.VERIFY_X509_STRICT``): 79
+#: X509_V_ERR_INVALID_CA to 94 X509_V_ERR_EC_KEY_EXPLICIT_PARAMS. Private CAs made with bare
+#: ``openssl req -x509`` lack keyUsage (92) and pass on Python <= 3.12 only.
+_STRICT_PROFILE_ERRORS = range(79, 95)
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    """What went wrong in a TLS handshake, in one line: for a certificate that does not
+    verify, OpenSSL's reason, and whether only the strict checks refused it."""
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        reason = f"certificate verify failed: {exc.verify_message}"
+        if exc.verify_code in _STRICT_PROFILE_ERRORS:
+            reason += (" (refused by strict X.509 checks, the default since Python 3.13:"
+                       " see README, TLS)")
+        return reason
+    return str(exc.reason or exc)
 
 
 def _http_error(

@@ -73,3 +73,9 @@ class OtlpSink(Sink):
 
     def shutdown(self, deadline: float) -> None:
         self._delivery.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: let go of the parent's connection (see `OtlpTransport`)."""
+        transport = self._delivery.transport
+        if transport is not None:
+            transport.reset_after_fork()
