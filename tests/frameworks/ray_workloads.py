@@ -189,7 +189,7 @@ def losses(out: str, address: str | None) -> None:
                                             ("killed", "raising", "leaving", "doomed"))
         pids = ray.get([a.work.remote(5) for a in (killed, raising, leaving, doomed)])
         if os.environ.get("KILL_IDLE") == "1":
-            time.sleep(1.5)  # longer than a worker's delivery interval, doing nothing
+            time.sleep(2.0)  # 4x a worker's delivery interval, doing nothing
             os.kill(pids[3], signal.SIGKILL)
         ray.kill(killed)  # idle: otel_rl has it deliver first
         try:
@@ -201,7 +201,7 @@ def losses(out: str, address: str | None) -> None:
         except ray.exceptions.RayActorError:
             pass
         if kill_it:
-            time.sleep(1.5)  # longer than a worker's delivery interval: `work` is delivered
+            time.sleep(2.0)  # 4x a worker's delivery interval: `work` is delivered by then
             marker = os.path.join(out, "hanging.pid")
             doomed.hang.remote(marker)
             while not os.path.exists(marker) or not open(marker).read():
