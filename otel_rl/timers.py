@@ -23,7 +23,9 @@ leaves out what was merged by hand (so nothing is counted twice), and keeps data
 from __future__ import annotations
 
 import functools
+import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -35,6 +37,7 @@ from otel_rl._internal.recorder import (
     _thread_timer_stacks,
     hierarchical_timer,
     thread_stack,
+    use_stack_lookup,
 )
 from otel_rl._internal.shapes import TimersDict
 
@@ -62,6 +65,22 @@ _STACKED_NAME = "timed.<locals>.wrapped"
 
 def _get_thread_timer() -> TimerStack:
     return thread_stack()
+
+
+_original_get_thread_timer = _get_thread_timer
+
+
+class _TimersModule(types.ModuleType):
+    """ML-Agents' tests patch ``timers._get_thread_timer`` to time into a stack of their own;
+    replacing it here re-routes blocks without a stack (and the helpers below) to it."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "_get_thread_timer":
+            use_stack_lookup(None if value is _original_get_thread_timer else value)
+
+
+sys.modules[__name__].__class__ = _TimersModule
 
 
 def get_timer_stack_for_thread(t: threading.Thread) -> TimerStack | None:
@@ -112,12 +131,12 @@ def timed(func: FuncT | None = None, *, gpu: bool | None = None) -> Any:
 
 def set_gauge(name: str, value: float, timer_stack: TimerStack | None = None) -> None:
     """Set gauge `name` to `value` (NaN is ignored), tracking its min, max and count."""
-    (timer_stack or thread_stack()).set_gauge(name, value)
+    (timer_stack or _get_thread_timer()).set_gauge(name, value)
 
 
 def merge_gauges(gauges: dict[str, GaugeNode], timer_stack: TimerStack | None = None) -> None:
     """Merge gauges from another stack into `timer_stack` (default: this thread's)."""
-    timer_stack = timer_stack or thread_stack()
+    timer_stack = timer_stack or _get_thread_timer()
     for name, gauge in gauges.items():
         if name in timer_stack.gauges:
             timer_stack.gauges[name].merge(gauge)
@@ -129,19 +148,19 @@ def merge_gauges(gauges: dict[str, GaugeNode], timer_stack: TimerStack | None = 
 
 def add_metadata(key: str, value: str, timer_stack: TimerStack | None = None) -> None:
     """Record a metadata key/value pair (written under ``metadata`` in timers.json)."""
-    (timer_stack or thread_stack()).add_metadata(key, value)
+    (timer_stack or _get_thread_timer()).add_metadata(key, value)
 
 
 def get_timer_tree(timer_stack: TimerStack | None = None) -> TimersDict:
     """The tree of timings of `timer_stack` (default: this thread's) as a dict."""
-    return (timer_stack or thread_stack()).get_timing_tree()
+    return (timer_stack or _get_thread_timer()).get_timing_tree()
 
 
 def get_timer_root(timer_stack: TimerStack | None = None) -> TimerNode:
     """The root `TimerNode` of `timer_stack` (default: this thread's), total updated."""
-    return (timer_stack or thread_stack()).get_root()
+    return (timer_stack or _get_thread_timer()).get_root()
 
 
 def reset_timers(timer_stack: TimerStack | None = None) -> None:
     """Start `timer_stack` (default: this thread's) over. The whole-run tree keeps the data."""
-    (timer_stack or thread_stack()).reset()
+    (timer_stack or _get_thread_timer()).reset()

@@ -154,7 +154,7 @@ def test_full_buffer_drops_are_counted_and_the_tree_stays_exact(tmp_path: Path,
     assert tree["children"]["advance"]["children"]["update"]["count"] == 500
     assert int(tree["metadata"]["otel_rl_dropped_spans"]) == 900
     warnings = dropped_warnings(caplog)
-    assert len(warnings) == 1 and "span buffer full: 900" in warnings[0]
+    assert len(warnings) == 1 and "900 of 1002 lost (buffer full 900)" in warnings[0]
 
 
 def test_unwritable_output_dir_is_reported_not_raised(tmp_path: Path,

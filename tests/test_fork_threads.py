@@ -114,7 +114,8 @@ PROBE = """
 def test_no_otel_rl_thread_is_alive_at_fork_and_all_carry_on_after_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = json.loads(run_program(tmp_path, PROBE, str(out)))
-    assert result["before"] == ["MainThread", "otel_rl-flush", "otel_rl-gpu", "otel_rl-test"]
+    assert result["before"] == ["MainThread", "otel_rl-flush", "otel_rl-gpu", "otel_rl-sink-file",
+                                "otel_rl-test"]
     assert result["seen"] == [{"pid": result["seen"][0]["pid"], "os_threads": 1,
                                "python_threads": ["MainThread"]}]
     # Started again in the parent, with the relay the fork's carrier opened for the child.
@@ -123,7 +124,8 @@ def test_no_otel_rl_thread_is_alive_at_fork_and_all_carry_on_after_it(tmp_path: 
     assert result["gpu"] == 1  # the pair pending at the fork was resolved after it
     child = json.loads((out / "child.json").read_text())
     # The child joined the run: its own flush and SIGTERM watcher; both gone at its fork.
-    assert child["names"] == ["MainThread", "otel_rl-flush", "otel_rl-sigterm"]
+    assert child["names"] == ["MainThread", "otel_rl-flush", "otel_rl-sigterm",
+                              "otel_rl-sink-relay"]
     assert child["after"] == sorted([*child["names"], "otel_rl-relay"])  # for the grandchild
     assert [s["os_threads"] for s in child["seen"]] == [1, 1]  # the parent's fork, its own
     assert child["seen"][1]["python_threads"] == ["MainThread"]
@@ -263,7 +265,7 @@ def test_a_thread_busy_past_the_fork_wait_is_said_once_and_carries_on_after(
                              "forking with it alive")
     result = json.loads(done.stdout)
     assert result["carried_on"]
-    assert result["names"] == ["MainThread", "otel_rl-busy", "otel_rl-flush"]
+    assert result["names"] == ["MainThread", "otel_rl-busy", "otel_rl-flush", "otel_rl-sink-file"]
 
 
 OWN_THREAD = """

@@ -66,7 +66,8 @@ def test_forked_child_with_propagation_off_neither_keeps_nor_reexports_records(
                       "child_steps": 1000}
     otel_rl.shutdown()
     # ...and the parent's unflushed records are exported once, by the parent only.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["spans.otlp.jsonl", "timers.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".otel-rl-run", "spans.otlp.jsonl", "timers.json"]  # .otel-rl-run: the run id
     spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
     assert len({s.span_id for s in spans}) == len(spans)
     assert sum(s.name == "before_fork" for s in spans) == 50

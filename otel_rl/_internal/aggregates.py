@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import jsonout, semconv
 from otel_rl._internal.node import json_default
 from otel_rl._internal.shapes import Contribution, GaugeDict, Snapshot, TimersDict
 
@@ -40,8 +40,8 @@ def run_trace_id(run_id: str) -> int:
 
 def encode(payload: Mapping[str, object]) -> list[str]:
     """The payload as base64 parts of at most `PART_CHARS` characters."""
-    raw = json.dumps(payload, separators=(",", ":"), allow_nan=True,
-                     default=json_default).encode()
+    raw = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
+                        default=json_default).encode()
     text = base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
     return [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
 
@@ -55,7 +55,19 @@ def decode(parts: list[str]) -> dict[str, Any]:
     raw = inflate.decompress(base64.b64decode("".join(parts)), MAX_PAYLOAD_BYTES)
     if inflate.unconsumed_tail:
         raise ValueError("aggregate payload larger than the limit")
-    data: dict[str, Any] = json.loads(raw)
+    return loads_deep(raw)
+
+
+def loads_deep(raw: bytes) -> dict[str, Any]:
+    """A JSON object otel_rl wrote (an aggregate, a relay snapshot), however deep its tree."""
+    try:
+        data: dict[str, Any] = json.loads(raw)
+    except RecursionError:
+        # Deeper than the C parser recurses: the readers' explicit-stack parser, with room for
+        # a 10,000-deep tree (2 levels per block) inside the payload's own nesting.
+        from otel_rl._internal.readers.boundary import Limits, parse_json
+
+        data = parse_json(raw.decode("utf-8"), "aggregate", Limits(max_depth=50_000))
     return data
 
 

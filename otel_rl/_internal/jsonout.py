@@ -12,7 +12,7 @@ the unindented encoder still falls back to the explicit stack.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["MAX_INDENT_LEVEL", "dumps", "nested_deeper_than"]
@@ -26,19 +26,24 @@ def dumps(
     indent: int | None = None,
     separators: tuple[str, str] | None = None,
     ensure_ascii: bool = True,
+    allow_nan: bool = False,
+    default: Callable[[Any], Any] | None = None,
 ) -> str:
     """`value` as strict JSON text, formatted as `json.dumps` formats it.
 
-    Raises `ValueError` for NaN or infinity, as ``json.dumps(allow_nan=False)`` does.
+    Raises `ValueError` for NaN or infinity, as ``json.dumps(allow_nan=False)`` does (unless
+    `allow_nan`); `default` turns other objects into JSON values, as for `json.dumps`.
+    Indented text of a value nested deeper than `MAX_INDENT_LEVEL` always comes from the
+    explicit-stack encoder, so its size stays linear in the depth (even when a raised
+    recursion limit would let `json.dumps` indent every level).
     """
     if indent is not None and nested_deeper_than(value, MAX_INDENT_LEVEL):
-        return _dumps_deep(value, indent, separators, ensure_ascii)
+        return _dumps_deep(value, indent, separators, ensure_ascii, allow_nan, default)
     try:
-        return json.dumps(
-            value, indent=indent, separators=separators, ensure_ascii=ensure_ascii, allow_nan=False
-        )
+        return json.dumps(value, indent=indent, separators=separators,
+                          ensure_ascii=ensure_ascii, allow_nan=allow_nan, default=default)
     except RecursionError:
-        return _dumps_deep(value, indent, separators, ensure_ascii)
+        return _dumps_deep(value, indent, separators, ensure_ascii, allow_nan, default)
 
 
 def nested_deeper_than(value: Any, levels: int) -> bool:
@@ -58,7 +63,8 @@ def nested_deeper_than(value: Any, levels: int) -> bool:
 
 
 def _dumps_deep(
-    value: Any, indent: int | None, separators: tuple[str, str] | None, ensure_ascii: bool
+    value: Any, indent: int | None, separators: tuple[str, str] | None, ensure_ascii: bool,
+    allow_nan: bool = False, default: Callable[[Any], Any] | None = None,
 ) -> str:
     if separators is None:
         separators = (",", ": ") if indent is not None else (", ", ": ")
@@ -66,13 +72,15 @@ def _dumps_deep(
     pad = " " * indent if indent is not None else None
 
     def scalar(item: Any) -> str:
-        return json.dumps(item, ensure_ascii=ensure_ascii, allow_nan=False)
+        return json.dumps(item, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
 
     parts: list[str] = []
     # (items of an open container, whether it is an object, its level, whether one was written)
     stack: list[tuple[Iterator[Any], bool, int, list[bool]]] = []
 
     def write(item: Any, level: int) -> None:
+        if default is not None and not isinstance(item, _JSON_TYPES):
+            item = default(item)
         if isinstance(item, dict):
             if not item:
                 parts.append("{}")
@@ -122,3 +130,4 @@ def _key_text(key: Any) -> str:
 
 
 _END = object()
+_JSON_TYPES = (dict, list, tuple, str, int, float, bool, type(None))

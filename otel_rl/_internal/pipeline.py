@@ -1,10 +1,11 @@
-"""The bounded buffer and the background flusher that hands batches to the sinks.
+"""The bounded buffer, the background flusher, and one queue per sink.
 
 The hot path appends records to `Pipeline.buffer` (a deque bounded by `recorder.buffer_cap`);
 worker processes' records arrive as ready `Batch`es in `Pipeline.relayed`. A daemon thread
 drains both every `flush_interval` seconds (sooner when the buffer is half full) and hands the
-batches to every `Sink` (`sinks/`). Sinks never raise into the pipeline's caller: a failure is
-logged once and the spans it cost are counted.
+batches to every sink's own `SinkQueue` (its thread, its bound, its deadline), so a slow or
+dead collector never holds up the spans file or timers.json. Sinks never raise into the
+pipeline's caller: a failure is logged once and what it cost goes into the ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.shapes import Attributes, Record
 from otel_rl._internal.sinks.base import Sink, Stats
+from otel_rl._internal.sinks.queue import SinkQueue
 from otel_rl._internal.threads import Daemon, start_daemon, stopping
 
 __all__ = ["Pipeline"]
@@ -33,6 +35,8 @@ class Pipeline:
                  transform: Callable[[list[Batch], bool], list[Batch]] | None = None,
                  after_flush: Callable[[], None] | None = None) -> None:
         self.buffer: deque[Record] = deque()
+        #: Records taken from `buffer` so far (a relaying worker reports it to its parent).
+        self.drained = 0
         self.relayed: deque[Batch] = deque()
         self.resource = resource
         self.offset_ns = offset_ns
@@ -46,6 +50,9 @@ class Pipeline:
         # flush has been exported (write the timers.json of the aggregate just sent).
         self.transform = transform
         self.after_flush = after_flush
+        #: One queue and thread per sink, bounded like the hot path's buffer.
+        self.queues = [SinkQueue(sink, stats, max(max_relayed * 64, 1024),
+                                 max(flush_interval * 5, 10.0)) for sink in sinks]
         self._final = False
         self.wake = threading.Event()
         self._stop = False
@@ -54,13 +61,18 @@ class Pipeline:
         self._next_flush = 0.0
 
     def start(self) -> None:
+        """Start the flusher and the sinks' threads (a sink's queue stopped by a shutdown
+        starts again; across a fork `threads` stops and restarts them all)."""
+        for queue in self.queues:
+            queue.start()
         if self._thread is None:
             self._next_flush = time.monotonic() + self.flush_interval
             self._thread = start_daemon("otel_rl-flush", self._loop, wake=self.wake.set)
 
     def add_relayed(self, batch: Batch) -> None:
         if len(self.relayed) >= self.max_relayed:
-            self.stats.add_dropped("relay buffer full", len(batch.records))
+            self.stats.add_dropped("buffer full", len(batch.records), None,
+                                   f"relay buffer of {self.max_relayed} batches was full")
             return
         self.relayed.append(batch)
 
@@ -73,7 +85,7 @@ class Pipeline:
             if self._stop or stopping():
                 break
             self._next_flush = time.monotonic() + self.flush_interval
-            self.flush(time.monotonic() + max(self.flush_interval * 5, 10.0))
+            self.flush(time.monotonic() + max(self.flush_interval * 5, 10.0), wait=False)
 
     def _drain(self) -> list[Batch]:
         records = []
@@ -83,6 +95,7 @@ class Pipeline:
                 records.append(pop())
         except IndexError:
             pass
+        self.drained += len(records)  # the ledger counts per flush, not per block
         gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
         if gpu is not None:
             records = gpu.ready(records)  # spans of GPU-timed blocks wait for their GPU time
@@ -97,8 +110,15 @@ class Pipeline:
             pass
         return batches
 
-    def flush(self, deadline: float) -> None:
-        """Export everything buffered now; gives up (counting drops) at `deadline`."""
+    def flush(self, deadline: float, wait: bool = True) -> None:
+        """Hand everything buffered now to the sinks; with `wait`, wait until they took it
+        (at most until `deadline`)."""
+        self._hand_off(deadline)
+        if wait:
+            for queue in self.queues:
+                queue.idle(deadline)
+
+    def _hand_off(self, deadline: float) -> None:
         with self._flush_lock:
             try:
                 if self.on_flush is not None:
@@ -107,28 +127,33 @@ class Pipeline:
                 if self.transform is not None:
                     batches = self.transform(batches, self._final)
                 if batches:
-                    for sink in self.sinks:
-                        sink.export(batches, deadline)
+                    for queue in self.queues:
+                        queue.put(batches)
                 if self.after_flush is not None:
                     self.after_flush()
             except Exception as exc:  # never let a bug in export reach the training loop
                 self.stats.warn_once(f"flush-{type(exc).__name__}", f"flush failed: {exc!r}")
 
-    def shutdown(self, deadline: float) -> None:
+    def shutdown(self, deadline: float, timeout: float) -> None:
+        """The last hand-off, then every sink finishes by `deadline` in parallel; what is
+        not delivered by then is counted ("timed out"), never waited for."""
         self._stop = True
         self.wake.set()
         thread = self._thread
         if thread is not None:  # (not when called from the flush thread itself)
             thread.join(max(0.0, deadline - time.monotonic()))
-        if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            return  # a flush is stuck past the deadline; exit anyway
-        self._flush_lock.release()
-        self._final = True
-        self.flush(deadline)
-        for sink in self.sinks:
-            try:
-                sink.shutdown(deadline)
-            except Exception:
-                pass
+        if self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._flush_lock.release()
+            self._final = True
+            for queue in self.queues:
+                queue.start()  # restart one stopped before a fork, say
+            self._hand_off(deadline)
         left = len(self.buffer) + sum(len(b.records) for b in self.relayed)
-        self.stats.add_dropped("not exported before the shutdown deadline", left)
+        self.buffer.clear()
+        self.relayed.clear()
+        self.stats.add_dropped("timed out", left, None,
+                               f"the flusher was busy past the shutdown deadline ({timeout:g} s)")
+        for queue in self.queues:
+            queue.stop(deadline)
+        for queue in self.queues:
+            queue.close(deadline, timeout)

@@ -84,14 +84,15 @@ class TimerNode(TreeNode):
         hook = on_merge
         if origin is not None and hook is not None:
             hook(self, origin)
-        node = self.get_child(root_name) if root_name else self
-        node.total += other.total
-        node.count += other.count
-        node.merged_total += other.total
-        node.merged_count += other.count
-        node.is_parallel |= is_parallel
-        for child_name, child in other.children.items():
-            node.get_child(child_name).merge(child, is_parallel=is_parallel)
+        todo = [(self.get_child(root_name) if root_name else self, other)]
+        while todo:  # iteratively: a deep tree must not hit the recursion limit
+            node, theirs = todo.pop()
+            node.total += theirs.total
+            node.count += theirs.count
+            node.merged_total += theirs.total
+            node.merged_count += theirs.count
+            node.is_parallel |= is_parallel
+            todo.extend((node.get_child(name), child) for name, child in theirs.children.items())
 
 
 class GaugeNode:
@@ -651,6 +652,25 @@ class hierarchical_timer:
         return cast(FuncT, wrapped)
 
 
+_plain_enter = hierarchical_timer.__enter__
+
+
+def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
+    """Blocks with no explicit stack take it from `lookup()` instead of this thread's (None:
+    back to this thread's). `otel_rl.timers` calls this when a test patches its
+    `_get_thread_timer`, as ML-Agents' own tests do; the plain hot path never pays for it."""
+    if lookup is None:
+        hierarchical_timer.__enter__ = _plain_enter  # type: ignore[method-assign]
+        return
+
+    def enter(self: hierarchical_timer) -> TimerNode:
+        if self._stack is None:
+            self._stack = lookup()
+        return _plain_enter(self)
+
+    hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
+
+
 def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
     from otel_rl._internal import gpu as gpu_timing
 
@@ -692,34 +712,50 @@ def set_startup_argv(argv: str | None) -> None:
 # --- The whole-run view of this process -------------------------------------------------------
 
 def own_copy(node: TimerNode) -> TimerNode | None:
-    """A copy of `node` without what `merge` brought in; None when nothing is left."""
-    children = {}
-    for name, child in list(node.children.items()):
-        copy = own_copy(child)
-        if copy is not None:
-            children[name] = copy
-    count = node.count - node.merged_count
-    if count <= 0 and not children:
-        return None
-    result = TimerNode(node.name)
-    result.total = max(0.0, node.total - node.merged_total)
-    result.count = max(0, count)
-    result.gpu_total = node.gpu_total
-    result.gpu_count = node.gpu_count
-    result.children = children
+    """A copy of `node` without what `merge` brought in; None when nothing is left.
+    Iterative (children before parents): trees thousands of blocks deep are ordinary."""
+    order: list[tuple[TimerNode, TimerNode | None]] = []  # (node, its parent), parents first
+    todo: list[tuple[TimerNode, TimerNode | None]] = [(node, None)]
+    while todo:
+        item = todo.pop()
+        order.append(item)
+        todo.extend((child, item[0]) for child in list(item[0].children.values()))
+    copies: dict[int, dict[str, TimerNode]] = {}  # id(node) -> its kept children's copies
+    result: TimerNode | None = None
+    for current, parent in reversed(order):
+        children = copies.pop(id(current), {})
+        count = current.count - current.merged_count
+        copy: TimerNode | None = None
+        if count > 0 or children:
+            copy = TimerNode(current.name)
+            copy.total = max(0.0, current.total - current.merged_total)
+            copy.count = max(0, count)
+            copy.gpu_total = current.gpu_total
+            copy.gpu_count = current.gpu_count
+            # Children in the original's order (the walk above visits them reversed).
+            copy.children = {name: children[name] for name in current.children
+                             if name in children}
+        if parent is None:
+            result = copy
+        elif copy is not None:
+            copies.setdefault(id(parent), {})[copy.name] = copy
     return result
 
 
 def merge_into(target: TimerNode, source: TimerNode, parallel: bool) -> None:
-    """Add `source`'s children into `target`'s, flagging them parallel when asked."""
-    for name, child in source.children.items():
-        dest = target.get_child(name)
-        dest.total += child.total
-        dest.count += child.count
-        dest.gpu_total += child.gpu_total
-        dest.gpu_count += child.gpu_count
-        dest.is_parallel |= parallel
-        merge_into(dest, child, parallel)
+    """Add `source`'s children into `target`'s, flagging them parallel when asked
+    (iteratively, like every whole-tree walk)."""
+    todo = [(target, source)]
+    while todo:
+        into, src = todo.pop()
+        for name, child in src.children.items():
+            dest = into.get_child(name)
+            dest.total += child.total
+            dest.count += child.count
+            dest.gpu_total += child.gpu_total
+            dest.gpu_count += child.gpu_count
+            dest.is_parallel |= parallel
+            todo.append((dest, child))
 
 
 def lift(own: TimerNode, fork_path: tuple[str, ...]) -> TimerNode:

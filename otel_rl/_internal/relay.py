@@ -18,7 +18,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_rl._internal import log
+from otel_rl._internal import jsonout, log
+from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.shapes import Snapshot
@@ -35,7 +36,8 @@ _COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
 def _encode(kind: int, payload: Any) -> bytes:
-    body = json.dumps(payload, separators=(",", ":"), default=json_default).encode("utf-8")
+    body = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
+                         default=json_default).encode("utf-8")
     return _HEADER.pack(len(body), kind) + body
 
 
@@ -98,9 +100,13 @@ class RelayServer:
     """Receives frames from workers; `on_batch(Batch)` and `on_snapshot(dict)` run on its thread."""
 
     def __init__(self, on_batch: Callable[[Batch], None],
-                 on_snapshot: Callable[[Snapshot], None]) -> None:
+                 on_snapshot: Callable[[Snapshot], None],
+                 on_closed: Callable[[int], None] | None = None) -> None:
         self._on_batch = on_batch
         self._on_snapshot = on_snapshot
+        #: Called with a worker's pid when its connection closes (it exited or died).
+        self._on_closed = on_closed
+        self._pids: dict[socket.socket, int] = {}
         import tempfile
 
         self._dir = tempfile.mkdtemp(prefix="otel-rl-")
@@ -162,6 +168,12 @@ class RelayServer:
             chunk = b""
         if not chunk:
             self._close(conn)
+            pid = self._pids.pop(conn, 0)
+            if pid and self._on_closed is not None:
+                try:
+                    self._on_closed(pid)
+                except Exception as exc:
+                    log.warning("otel_rl: relay close hook failed: %r", exc)
             return False
         buf += chunk
         while len(buf) >= _HEADER.size:
@@ -174,15 +186,18 @@ class RelayServer:
                 break
             body = bytes(buf[_HEADER.size:_HEADER.size + length])
             del buf[:_HEADER.size + length]
-            self._dispatch(kind, body)
+            self._dispatch(kind, body, conn)
         return True
 
-    def _dispatch(self, kind: int, body: bytes) -> None:
+    def _dispatch(self, kind: int, body: bytes, conn: socket.socket | None = None) -> None:
         try:
             if kind == KIND_COLUMNS:
                 self._on_batch(decode_columns(body))
             elif kind == KIND_SNAPSHOT:
-                self._on_snapshot(json.loads(body))
+                snapshot = loads_deep(body)
+                if conn is not None and isinstance(snapshot.get("pid"), int):
+                    self._pids[conn] = snapshot["pid"]
+                self._on_snapshot(snapshot)  # type: ignore[arg-type]
         except Exception as exc:  # a malformed frame costs that frame only
             log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 
@@ -244,12 +259,16 @@ class RelayClient(Sink):
 
     def __init__(self, address: str, stats: Stats, timeout: float = 5.0) -> None:
         self.address = address
+        self.label = "parent process"
         self._stats = stats
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
         self._sock.connect(address)
         self._lock = threading.Lock()
         self._broken = False
+        #: Called (once) when the parent is gone, and then with each batch the relay could
+        #: not take, so the worker can write them itself (`ledger_hooks.orphaned`).
+        self.on_broken: Callable[[Sequence[Batch]], None] | None = None
 
     def _send(self, frame: bytes) -> bool:
         if self._broken:
@@ -260,7 +279,8 @@ class RelayClient(Sink):
                 return True
             except OSError as exc:
                 self._broken = True
-                self._stats.warn_once("relay", f"lost the parent process's relay: {exc}")
+                if self.on_broken is None:
+                    self._stats.warn_once("relay", f"lost the parent process's relay: {exc}")
                 return False
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
@@ -269,8 +289,14 @@ class RelayClient(Sink):
                 continue
             if self._send(encode_columns(batch)):
                 self._stats.add_exported(self.name, len(batch.records))
-            else:
-                self._stats.add_dropped("parent relay lost", len(batch.records))
+                continue
+            fallback = self.on_broken
+            if fallback is None:
+                self._stats.add_dropped("unreachable", len(batch.records), self.name,
+                                        "lost the parent process's relay")
+            else:  # re-routed to this process's own sinks: the relay's ledger lets go of it
+                self._stats.ledger.offered(self.name, -len(batch.records))
+                fallback([batch])
 
     def send_snapshot(self, snapshot: Snapshot) -> None:
         self._send(_encode(KIND_SNAPSHOT, snapshot))

@@ -14,7 +14,6 @@ this module and asks it for carriers and workers; it writes none of this state.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import socket
@@ -30,6 +29,8 @@ from otel_rl._internal import (
     aggregates,
     atomic,
     carrier,
+    jsonout,
+    ledger_hooks,
     log,
     placement,
     recorder,
@@ -39,6 +40,7 @@ from otel_rl._internal import (
 )
 from otel_rl._internal.carrier import Carrier, Context
 from otel_rl._internal.config import CARRIED, Settings, resolve
+from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
@@ -86,6 +88,7 @@ class Runtime:
         self.index = settings.worker_index if settings.worker_index is not None else (
             ctx.index if ctx else None)
         self.stats = Stats()
+        self.ledger_state = ledger_hooks.LedgerState()  # the ledger's view of workers and parent
         self.thread_names: dict[int, str] = {}
         self.snapshots: dict[str, Snapshot] = {}
         self.snapshots_lock = threading.Lock()
@@ -230,7 +233,7 @@ class Runtime:
         if s.disabled:
             return None
         if s.output_dir:
-            return s.output_dir
+            return ledger_hooks.output_dir(self, s.output_dir)
         if s.endpoint is None and not s.exporters:
             return os.path.join("otel-rl-runs", self.run_id)
         return None
@@ -266,9 +269,16 @@ class Runtime:
 
             try:
                 self.relay_client = RelayClient(ctx.relay, self.stats)
+                ledger_hooks.watch_parent(self)
                 return [self.relay_client]
             except OSError:
                 log.info("otel_rl: parent relay unreachable; this process exports on its own")
+        return self.own_sinks()
+
+    def own_sinks(self) -> list[Sink]:
+        """The sinks of a process that exports on its own (the main process; a worker with
+        no parent relay, or whose parent is gone)."""
+        s = self.settings
         sinks: list[Sink] = []
         if s.endpoint:
             # Imported only with an endpoint: the transport pulls in ssl, http and gzip.
@@ -343,6 +353,10 @@ class Runtime:
         return index
 
     # -- workers -----------------------------------------------------------------------------
+    def _on_relayed(self, batch: Batch) -> None:
+        ledger_hooks.relayed(self, batch)
+        self.pipeline.add_relayed(batch)
+
     def on_snapshot(self, snapshot: Snapshot) -> None:
         with self.snapshots_lock:
             self.snapshots[f"{snapshot.get('pid')}"] = snapshot
@@ -355,7 +369,8 @@ class Runtime:
             from otel_rl._internal.relay import RelayServer
 
             try:
-                self.relay_server = RelayServer(self.pipeline.add_relayed, self.on_snapshot)
+                self.relay_server = RelayServer(self._on_relayed, self.on_snapshot,
+                                                lambda pid: ledger_hooks.worker_lost(self, pid))
             except OSError as exc:
                 self.stats.warn_once("relay-server", f"cannot open the worker relay: {exc}")
                 return None
@@ -375,11 +390,14 @@ class Runtime:
                 # threads hang.
                 "open": self._own_open(),
                 "bases": sorted({st.base.span_id for st in stacks if st.base is not None}),
-                "children": children}
+                "children": children,
+                **ledger_hooks.snapshot_extras(self)}
 
     def _on_flush(self, deadline: float) -> None:
         for feed in list(self.feeds):
             feed(deadline)
+        if self.relay_client is not None and ledger_hooks.parent_gone(self):
+            ledger_hooks.orphaned(self)
         if self.relay_client is not None:
             self.relay_client.send_snapshot(self.snapshot())
         elif (not self.closed and not self.settings.disabled and time.monotonic()
@@ -484,9 +502,7 @@ class Runtime:
         with self.snapshots_lock:
             snapshots = list(self.snapshots.values())
         metadata = self.run_metadata(run_stack)
-        dropped = self.dropped_total()
-        if dropped:
-            metadata["otel_rl_dropped_spans"] = str(dropped)
+        ledger_metadata(metadata, self.stats)
         return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
                 "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
@@ -504,8 +520,9 @@ class Runtime:
         return {"role": main[1], "index": main[2], "pid": self.pid, "tid": run_stack.tid}
 
     def dropped_total(self) -> int:
-        """Spans lost so far; buffer-full drops join `stats` when shutdown starts."""
-        return sum(self.stats.dropped.values())
+        """Spans lost so far by the sink that lost most; buffer-full drops join the ledger
+        when shutdown starts."""
+        return self.stats.ledger.lost_most()
 
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -522,6 +539,9 @@ class Runtime:
             self._final_span(end_ns)
         if self.spans_on:
             self._cut_short(end_ns)
+        # Counted before disarming: a block that ends after that (another thread, while the
+        # run shuts down) was not dropped for a full buffer, it ended after the run.
+        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
         # Stop recording spans; the trees keep aggregating as plain ML-Agents timers.
         recorder.disarm()
         for st in recorder.all_stacks():
@@ -531,22 +551,27 @@ class Runtime:
         gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
         if gpu is not None:
             gpu.finish(deadline)  # bounded: GPU time pending now lands in spans and timers.json
-        buffer_drops = sum(st.dropped for st in recorder.all_stacks())
-        self.stats.add_dropped("span buffer full", buffer_drops)
+        self.stats.add_dropped("buffer full", buffer_drops, None,
+                               f"the span buffer (max_buffer={self.settings.max_buffer}) was full")
+        ledger_hooks.before_final_flush(self)  # what relaying workers dropped (full buffers)
         tree = None
-        dropped = 0
         if not self.settings.disabled and self.relay_client is None:
             # One snapshot for both: the aggregate exported now and the timers.json after it.
             self.checkpoint(end_ns, final=True)
             tree, self.pending_timers = self.pending_timers, None
-            dropped = self.dropped_total()
-        self.pipeline.shutdown(deadline)
+            if tree is not None:
+                # Written before the last spans: on a nearly full disk the small file that
+                # holds the whole tree goes first.
+                self._write_timers_dict(tree)
+        self.pipeline.shutdown(deadline, timeout)
         if self.relay_client is not None:
             self.relay_client.shutdown(deadline)
-        if tree is not None:
-            if self.dropped_total() != dropped and "metadata" in tree:
-                tree["metadata"]["otel_rl_dropped_spans"] = str(self.dropped_total())
-            self._write_timers_dict(tree)
+        if tree is not None and "metadata" in tree:
+            # Again with the ledger as it ended (what the last flush delivered or lost).
+            before = dict(tree["metadata"])
+            ledger_metadata(tree["metadata"], self.stats)
+            if tree["metadata"] != before:
+                self._write_timers_dict(tree, quiet=True)
         self._report()
         self.finished = True
 
@@ -563,23 +588,24 @@ class Runtime:
                 trace.sink.append((sid, psid, name, start, end_ns, st.tid, trace.trace_id,
                                    {"attrs": attrs}))
 
-    def _write_timers_dict(self, tree: TimersDict) -> None:
+    def _write_timers_dict(self, tree: TimersDict, quiet: bool = False) -> None:
         if not self.output_dir:
             return
         name = TIMERS_FILE if not self.is_worker else f"timers.{self.pid}.json"
         path = os.path.join(self.output_dir, name)
         try:
             os.makedirs(self.output_dir, exist_ok=True)
-            atomic.write_text(path, json.dumps(tree, indent=2))
+            text = jsonout.dumps(tree, indent=2, allow_nan=True)
+            atomic.write_text(path, text)
+            ledger_hooks.timers_written(self, len(text))
         except Exception as exc:
-            self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
+            if not quiet:  # quiet: rewriting a timers.json already written (the ledger)
+                self.stats.warn_once("timers-json", f"cannot write {path}: {exc}")
 
     def _report(self) -> None:
-        dropped = {k: v for k, v in self.stats.dropped.items() if v}
-        if dropped:
-            total = sum(dropped.values())
-            reasons = "; ".join(f"{reason}: {n}" for reason, n in dropped.items())
-            log.warning("otel_rl: %d span(s) were not exported (%s)", total, reasons)
+        line = self.stats.ledger.line()
+        if line:
+            log.warning("otel_rl: %s", line)
 
 
 def _main_role(rt: Runtime) -> tuple[str, str, int] | None:

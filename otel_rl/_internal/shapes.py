@@ -115,6 +115,11 @@ class Snapshot(TypedDict, total=False):
     open: list[list[object]]
     bases: list[int]
     children: list[Snapshot]
+    #: For the parent's ledger (`ledger_hooks`): records recorded so far, whether this is the
+    #: worker's last snapshot, and (set by the parent) why a worker that died is partial.
+    recorded: int
+    final: bool
+    died: str
 
 
 class MainWorker(TypedDict):

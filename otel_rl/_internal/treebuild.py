@@ -93,7 +93,7 @@ def tree_from_aggregates(collected: aggregates.Collected, notes: list[str] | Non
     """The whole-run tree from the latest aggregate of each process (see `aggregates`)."""
     data, more = aggregates.build(collected)
     tree = Tree.from_dict(data)
-    tree.notes = list(notes or []) + more
+    tree.notes = list(notes or []) + tree.notes + more  # tree.notes: workers that died
     tree.complete = not tree.notes
     return tree
 

@@ -145,10 +145,14 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
                                         int(snap.get("index") or 0), int(snap.get("pid") or 0)))
         for name, gauge in (snap.get("gauges") or {}).items():
             merge_gauge(all_gauges, name, gauge)
+    died = [str(snap["died"]) for snap in snaps if snap.get("died")]
+    if died:  # a worker that died: its last blocks are missing (see `ledger_hooks`)
+        tree.complete = False
+        tree.notes = died
     tree.root.total, tree.root.count = root_total, 1
     tree.gauges = {name: Gauge.from_dict(g) for name, g in all_gauges.items()}
     tree.metadata = dict(metadata)
     if notes:
         tree.complete = False
-        tree.notes = list(notes)
+        tree.notes = [*tree.notes, *notes]
     return tree.to_dict()

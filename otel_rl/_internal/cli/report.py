@@ -137,12 +137,15 @@ def run(args: argparse.Namespace) -> int:
     0, or 3 when the tree covers only part of the run (unless ``--allow-partial``).
     """
     from otel_rl._internal.cli._output import check_output_path, write_output
-    from otel_rl._internal.cli.tree import partial_line
+    from otel_rl._internal.cli.tree import mark_torn, partial_line
+    from otel_rl._internal.readers.otlp_json import torn_last_lines_skipped
     from otel_rl.renderers import crossworker, treeview
 
     if args.html is not None:
         check_output_path(args.html, "--html")
-    tree, spans = load_input(args.input)
+    with torn_last_lines_skipped(args.allow_partial) as torn:
+        tree, spans = load_input(args.input)
+    mark_torn(tree, torn)
     # Render everything first: a failure must not leave a half-written HTML file behind.
     page = None
     if args.html is not None:
@@ -164,4 +167,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     line = partial_line(tree.notes, args.allow_partial, "the report")
     print(f"otel-rl report: {line}", file=sys.stderr)
-    return 0 if args.allow_partial else EXIT_PARTIAL
+    return 0 if args.allow_partial and not torn else EXIT_PARTIAL

@@ -118,18 +118,21 @@ def _from_aggregates_in_file(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Rebuild the tree and write it; 0, or 3 for a partial tree without --allow-partial."""
     from otel_rl._internal.cli._output import check_output_path, write_output
+    from otel_rl._internal.readers.otlp_json import torn_last_lines_skipped
     from otel_rl._internal.readers.semantics import check_span_set
     from otel_rl._internal.treebuild import build_tree
 
     if args.output is not None:
         check_output_path(args.output, "--output")
-    tree = _from_aggregates_in_file(args)
-    if tree is None:
-        spans, source = _load(args)
-        if not spans:
-            raise UserError(f"no spans in {source}")
-        check_span_set(spans, source)
-        tree = build_tree(spans)
+    with torn_last_lines_skipped(args.allow_partial) as torn:
+        tree = _from_aggregates_in_file(args)
+        if tree is None:
+            spans, source = _load(args)
+            if not spans:
+                raise UserError(f"no spans in {source}")
+            check_span_set(spans, source)
+            tree = build_tree(spans)
+    mark_torn(tree, torn)
     text = tree.to_json(indent=2) + "\n"
     if args.output is not None:
         write_output(args.output, text)
@@ -140,4 +143,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     what = 'the tree (written with "complete": false)'
     print(f"otel-rl tree: {partial_line(tree.notes, args.allow_partial, what)}", file=sys.stderr)
-    return 0 if args.allow_partial else EXIT_PARTIAL
+    return 0 if args.allow_partial and not torn else EXIT_PARTIAL
+
+
+def mark_torn(tree: Any, torn: list[str]) -> None:
+    """A tree read from a file whose torn last line was skipped is partial, whatever else:
+    the command then exits 3 even with --allow-partial (the input itself was damaged)."""
+    if torn:
+        tree.complete = False
+        tree.notes = list(dict.fromkeys([*torn, *tree.notes]))

@@ -20,6 +20,7 @@ flush.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -71,13 +72,15 @@ class SerializedRequest:
 class Outcome:
     """What became of one request: spans `sent`, spans `lost`, and why (`reason`, `error`)."""
 
-    __slots__ = ("error", "lost", "reason", "sent")
+    __slots__ = ("error", "kind", "lost", "reason", "sent")
 
     def __init__(self) -> None:
         self.sent = 0
         self.lost = 0
         #: One line for a person ("collector unreachable at ...", "rejected by ...: ...").
         self.reason = ""
+        #: The ledger's reason: "unreachable", "timed out", "rejected" or "error".
+        self.kind = ""
         self.error: Exception | None = None
 
     @property
@@ -105,6 +108,15 @@ class Delivery:
         self._timeout = 10.0
         self._failures = 0
         self._backoff_until = 0.0
+        self._last_error: ExportError | None = None
+        self._aborted = threading.Event()
+        self._poke = threading.Event()
+        self._limit: float | None = None
+
+    @property
+    def last_error(self) -> ExportError | None:
+        """The failure of the last attempt, while the destination keeps failing."""
+        return self._last_error
 
     @property
     def where(self) -> str:
@@ -122,6 +134,7 @@ class Delivery:
         except Exception as exc:  # a bad endpoint: nothing can be sent
             outcome.lost, outcome.error = request.spans, exc
             outcome.reason = f"cannot export to {self.where}: {exc}"
+            outcome.kind = "unreachable"
             return outcome
         parts: list[Request] = [request]
         if (self.max_bytes is not None and transport.protocol == "grpc"
@@ -142,8 +155,24 @@ class Delivery:
             outcome.lost = part.spans + sum(p.spans for p in parts)
             outcome.error = error
             outcome.reason = self._reason(error)
+            outcome.kind = self._kind(error)
             break
         return outcome
+
+    def limit(self, deadline: float) -> None:
+        """From another thread: no send (one under way included) goes past `deadline` (a
+        shutdown starting): a backoff that would outlast it gives up now."""
+        self._limit = None if deadline == float("inf") else deadline
+        self._poke.set()
+
+    def abort(self) -> None:
+        """From another thread: wake a send blocked on the network or in a backoff
+        (shutdown's deadline); it gives up at once."""
+        self._aborted.set()
+        self._poke.set()
+        transport = self.transport
+        if transport is not None:
+            transport.abort()
 
     def close(self) -> None:
         transport, self.transport = self.transport, None
@@ -163,16 +192,22 @@ class Delivery:
     def _send_one(self, transport: OtlpTransport, request: bytes,
                   deadline: float | None) -> Exception | None:
         attempts = 0
+        asked = deadline
         while True:
+            # A `limit` set meanwhile (shutdown) shortens a send already under way.
+            deadline = asked if self._limit is None else min(asked or self._limit, self._limit)
             now = time.monotonic()
             wait = self._backoff_until - now
             if wait > 0:
                 if deadline is not None and self._backoff_until >= deadline:
-                    return _Unreachable()
-                time.sleep(wait)
-                now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return _Unreachable()
+                    # The server asked for (or the backoff needs) more time than is left: say
+                    # what the last answer was, not "unreachable".
+                    return _GaveUp(self._last_error, self._backoff_until - now)
+                self._poke.wait(wait)  # `limit` and `abort` cut a backoff short
+                self._poke.clear()
+                continue
+            if self._aborted.is_set() or (deadline is not None and now >= deadline):
+                return _GaveUp(self._last_error, 0.0)
             attempts += 1
             try:
                 # Never wait on the network past the caller's deadline (shutdown).
@@ -184,6 +219,7 @@ class Delivery:
                         self.max_attempts is not None and attempts >= self.max_attempts):
                     return exc
                 self._failures += 1
+                self._last_error = exc
                 delay = exc.retry_after_s
                 if delay is None:
                     delay = min(self.max_backoff_s, self.backoff_s * 2 ** self._failures)
@@ -197,16 +233,40 @@ class Delivery:
             else:
                 self._failures = 0
                 self._backoff_until = 0.0
+                self._last_error = None
                 return None
 
     def _reason(self, error: Exception) -> str:
-        if isinstance(error, _Unreachable):
-            return f"collector unreachable at {self.where}"
+        if isinstance(error, _GaveUp):
+            last = error.last
+            if last is None:
+                return f"deadline passed before sending to {self.where}"
+            if last.kind == "rejected":
+                wait = (f"; asked to retry after {last.retry_after_s:g} s, past the deadline"
+                        if last.retry_after_s and error.wait_s > 0 else "")
+                return f"{self.where} refused: {last.message}{wait}"
+            if last.kind == "timed out":
+                return f"{self.where} did not answer in time: {last.message}"
+            return f"collector unreachable at {self.where}: {last.message}"
         if isinstance(error, ExportError):
             return f"rejected by {self.where}: {error.message}"
         return f"export error: {type(error).__name__}"
 
+    @staticmethod
+    def _kind(error: Exception) -> str:
+        if isinstance(error, _GaveUp):
+            return "timed out" if error.last is None else error.last.kind
+        if isinstance(error, ExportError):
+            return error.kind
+        return "error"
 
-class _Unreachable(Exception):
-    """The deadline passed while the collector was failing or backing off."""
+
+class _GaveUp(Exception):
+    """The deadline passed while the collector was failing or backing off; `last` is its
+    last failure (None: there was no time to try), `wait_s` the backoff still ahead."""
+
+    def __init__(self, last: ExportError | None, wait_s: float) -> None:
+        super().__init__("deadline passed")
+        self.last = last
+        self.wait_s = wait_s
 

@@ -29,6 +29,7 @@ import email.utils
 import gzip
 import http.client
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -67,12 +68,16 @@ class ExportError(Exception):
         *,
         retry_after_s: float | None = None,
         too_large: bool = False,
+        kind: str = "rejected",
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.message = message
         self.retry_after_s = retry_after_s
         self.too_large = too_large
+        #: For the ledger: "unreachable" (no connection), "timed out" (no answer in time) or
+        #: "rejected" (the receiver answered with an error).
+        self.kind = kind
 
 
 class OtlpTransport:
@@ -130,6 +135,14 @@ class OtlpTransport:
         """Close the channel or connection; a later `send` opens a new one."""
         with self._lock:
             self._backend.close()
+
+    def abort(self) -> None:
+        """From another thread: break the connection a `send` may be blocked on (it then
+        fails at once). Takes no lock: the blocked `send` holds it."""
+        try:
+            self._backend.abort()
+        except Exception:
+            pass
 
     def reset_after_fork(self) -> None:
         """In a forked child: forget the parent's channel or connection without touching it."""
@@ -251,6 +264,11 @@ class _GrpcBackend:
     def forget(self) -> None:
         self._channel = self._call = None
 
+    def abort(self) -> None:
+        channel = self._channel
+        if channel is not None:
+            channel.close()  # cancels the calls in flight
+
 
 def _grpc_error(err: Any, url: str, size: int) -> ExportError:
     import grpc
@@ -269,12 +287,15 @@ def _grpc_error(err: Any, url: str, size: int) -> ExportError:
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DATA_LOSS,
     ) or (code == grpc.StatusCode.RESOURCE_EXHAUSTED and retry_after is not None)
+    kind = ("unreachable" if code == grpc.StatusCode.UNAVAILABLE
+            else "timed out" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "rejected")
     message = f"{url}: gRPC {code.name}: {details or 'no details'}"
     if url.startswith("https://") and "handshake" in details.lower():
         message += " (TLS was used; for a plaintext collector use an http:// endpoint or insecure)"
     if too_large:
         message += f" (request is {size} bytes; raise the receiver's max_recv_msg_size_mib or send smaller batches)"
-    return ExportError(retryable, message, retry_after_s=retry_after, too_large=too_large)
+    return ExportError(retryable, message, retry_after_s=retry_after, too_large=too_large,
+                       kind=kind)
 
 
 def _grpc_retry_delay(err: Any) -> float | None:
@@ -360,8 +381,8 @@ class _HttpBackend:
                 self.close()
                 if fresh:
                     raise ExportError(
-                        True, f"{self.url}: connection closed by the server"
-                    ) from None
+                        True, f"{self.url}: connection closed by the server",
+                        kind="unreachable") from None
                 # Else a kept-alive connection the server has since closed: one fresh try.
         if 200 <= status < 300:
             return data
@@ -369,6 +390,11 @@ class _HttpBackend:
 
     def _post(self, body: bytes) -> tuple[int, str, http.client.HTTPMessage, bytes]:
         conn = self._conn or self._connect()
+        # The caller's timeout (shortened near shutdown's deadline) on a kept-alive
+        # connection too, not only on a fresh one.
+        conn.timeout = self._owner.timeout_s
+        if conn.sock is not None:
+            conn.sock.settimeout(self._owner.timeout_s)
         try:
             conn.request("POST", self._path, body=body, headers=self._headers)
             response = conn.getresponse()
@@ -378,15 +404,17 @@ class _HttpBackend:
         except TimeoutError:
             self.close()
             raise ExportError(
-                True, f"{self.url}: timed out after {self._owner.timeout_s:g} s"
-            ) from None
+                True, f"{self.url}: timed out after {self._owner.timeout_s:g} s",
+                kind="timed out") from None
         except ssl.SSLError as exc:
             self.close()
             raise ExportError(False, f"{self.url}: TLS error: {_tls_reason(exc)}") from None
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ExportError(True, f"{self.url}: {reason or type(exc).__name__}") from None
+            kind = "unreachable" if isinstance(exc, OSError) else "rejected"
+            raise ExportError(True, f"{self.url}: {reason or type(exc).__name__}",
+                              kind=kind) from None
         if response.will_close:
             self.close()
         return response.status, response.reason, response.headers, data
@@ -402,6 +430,12 @@ class _HttpBackend:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    def abort(self) -> None:
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 #: OpenSSL's verify errors that only its strict RFC 5280 profile reports (X509_V_FLAG_X509_STRICT,

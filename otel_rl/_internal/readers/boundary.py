@@ -68,9 +68,9 @@ class Limits:
     max_file_bytes: int = 4096 * _MIB
     #: Bytes of one JSON document (a whole saved answer, or one line of a spans file).
     max_document_bytes: int = 1024 * _MIB
-    #: JSON nesting levels. A timers.json takes two per tree level: 20,000 levels keep a tree
-    #: 10,000 blocks deep readable.
-    max_depth: int = 20_000
+    #: JSON nesting levels. A timers.json takes two per tree level: 20,064 levels keep a tree
+    #: 10,000 blocks deep readable, with room for the levels around its root.
+    max_depth: int = 20_064
     #: Characters of one JSON number (the 20 digits of a 64-bit integer, with room to spare).
     max_number_chars: int = 64
     #: Spans in one input.

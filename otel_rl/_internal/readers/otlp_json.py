@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -404,11 +406,33 @@ def parse_otlp_json_line(
         obj = parse_json(text, where, limits)
     except JSONInputError:
         if not line.endswith("\n"):
+            skipped = _torn.get()
+            if skipped is not None:  # --allow-partial: the run's writer died mid-line
+                skipped.append(f"{where} was cut off (its writer was killed or the disk "
+                               "filled) and was skipped")
+                return []
             raise UserError(
-                f"{where}: truncated record (the file ends mid-line; still being written?)"
+                f"{where}: truncated record (the file ends mid-line; still being written?); "
+                "--allow-partial skips it"
             ) from None
         raise
     return spans_from_document(obj, where)
+
+
+#: While a command runs with --allow-partial: the torn last lines skipped (see `skip_torn`).
+_torn: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("torn", default=None)
+
+
+@contextlib.contextmanager
+def torn_last_lines_skipped(on: bool) -> Iterator[list[str]]:
+    """Inside (when `on`), a spans file's last line cut off mid-record is skipped rather than
+    refused; the list yielded collects one note per skipped line."""
+    skipped: list[str] = []
+    token = _torn.set(skipped if on else None)
+    try:
+        yield skipped
+    finally:
+        _torn.reset(token)
 
 
 def _is_json_line(line: str) -> bool:

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from otel_rl._internal import log
+from otel_rl._internal.ledger import Ledger
 from otel_rl._internal.otlp.records import Batch
 
 __all__ = ["Sink", "Stats", "chunk_batches", "span_count"]
@@ -27,25 +28,50 @@ class Sink(ABC):
     def shutdown(self, deadline: float) -> None:
         """Release what the sink holds; nothing is exported after this."""
 
+    #: Shown with the sink's name in the exit line (an endpoint, a file).
+    label: str = ""
+
+    def abort(self) -> None:
+        """Wake an `export` blocked past shutdown's deadline (close its connection); called
+        from another thread, so it must not wait for a lock `export` holds."""
+        return
+
+    def limit(self, deadline: float) -> None:
+        """From another thread: sends under way must end by `deadline` (shutdown began)."""
+        return
+
+    def failing(self) -> tuple[str, str] | None:
+        """The sink's current trouble as (ledger reason, one line), None if none is known:
+        what shutdown could not send is lost for that reason ("unreachable" while the
+        collector is down) rather than merely "timed out"."""
+        return None
+
 
 class Stats:
-    """What happened to spans, by outcome; `dropped` maps a reason to a count."""
+    """What happened to spans, by outcome: `exported` per sink, `dropped` per "sink: reason",
+    and the `ledger` (per sink, by reason; see `otel_rl._internal.ledger`)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.exported: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
+        self.ledger = Ledger()
         self._warned: set[str] = set()
 
     def add_exported(self, sink: str, n: int) -> None:
         with self.lock:
             self.exported[sink] = self.exported.get(sink, 0) + n
+        self.ledger.delivered(sink, n)
 
-    def add_dropped(self, reason: str, n: int) -> None:
+    def add_dropped(self, reason: str, n: int, sink: str | None = None,
+                    detail: str = "") -> None:
+        """`n` spans did not reach `sink` (None: any sink) for `reason` (`ledger.REASONS`)."""
         if n <= 0:
             return
         with self.lock:
-            self.dropped[reason] = self.dropped.get(reason, 0) + n
+            key = reason if sink is None else f"{sink}: {reason}"
+            self.dropped[key] = self.dropped.get(key, 0) + n
+        self.ledger.lost(reason, n, sink, detail)
 
     def warn_once(self, key: str, message: str) -> None:
         with self.lock:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
-from typing import TextIO
 
 from otel_rl._internal.otlp import records
 from otel_rl._internal.otlp.records import Batch
@@ -14,42 +14,93 @@ __all__ = ["FileSink"]
 
 #: Spans per line of a spans file at most.
 LINE_SPANS = 2048
+#: Bytes the spans file leaves free on its disk at least, so that timers.json (written at
+#: every checkpoint and at exit) still fits once the big file has filled the disk.
+MIN_RESERVE = 1 << 20
+_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 
 class FileSink(Sink):
     """Appends one OTLP/JSON ``ExportTraceServiceRequest`` per line (the Collector's file
-    exporter format), so the file can be replayed or turned back into a tree."""
+    exporter format), so the file can be replayed or turned back into a tree.
+
+    A line is written whole or not at all: a failed write is cut back to the end of the last
+    whole line (a reader never meets a torn last line from this process). The file stops
+    growing before the disk is full (`reserve`): the spans that no longer fit are lost as
+    "disk full", and timers.json keeps its room."""
 
     name = "file"
 
-    def __init__(self, path: str, stats: Stats) -> None:
+    def __init__(self, path: str, stats: Stats, reserve: int = MIN_RESERVE) -> None:
         self.path = path
+        self.label = path
+        self.reserve = reserve
         self._stats = stats
-        self._file: TextIO | None = None
+        self._fd: int | None = None
+        self._size = 0
         self._encoder = records.JsonEncoder()
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         n = span_count(batches)
         if n == 0:
             return
+        written = 0
         try:
-            if self._file is None:
+            if self._fd is None:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._size = os.fstat(self._fd).st_size
             # One request per line of at most LINE_SPANS spans, as the Collector writes one
             # per export: a reader can stream the file a line at a time.
             for request in chunk_batches(batches, LINE_SPANS):
-                self._file.write(self._encoder.request_line(request) + "\n")
-            self._file.flush()
-            self._stats.add_exported(self.name, n)
+                line = (self._encoder.request_line(request) + "\n").encode("utf-8")
+                self._check_room(len(line))
+                self._write_line(line)
+                written += span_count(request)
+        except OSError as exc:
+            full = exc.errno in _NO_SPACE
+            self._stats.add_dropped("disk full" if full else "error", n - written, self.name,
+                                    f"cannot write {self.path}: {exc.strerror or exc}")
+            if not full:
+                self._stats.warn_once(f"file-{self.path}",
+                                      f"cannot write spans to {self.path}: {exc}")
         except Exception as exc:
-            self._stats.add_dropped(f"cannot write {self.path}", n)
+            self._stats.add_dropped("error", n - written, self.name, f"{self.path}: {exc!r}")
             self._stats.warn_once(f"file-{self.path}", f"cannot write spans to {self.path}: {exc}")
+        if written:
+            self._stats.add_exported(self.name, written)
+
+    def _check_room(self, size: int) -> None:
+        assert self._fd is not None
+        try:
+            st = os.fstatvfs(self._fd)
+        except (OSError, AttributeError):
+            return  # no statvfs here (Windows): the write itself will say
+        if st.f_bavail * st.f_frsize - size < self.reserve:
+            raise OSError(errno.ENOSPC, f"fewer than {self.reserve} bytes would be left free "
+                                        "(kept for timers.json)")
+
+    def _write_line(self, line: bytes) -> None:
+        fd = self._fd
+        assert fd is not None
+        view = memoryview(line)
+        done = 0
+        try:
+            while done < len(line):
+                done += os.write(fd, view[done:])
+        except OSError:
+            if done:
+                try:  # never leave a torn line behind
+                    os.ftruncate(fd, self._size)
+                except OSError:
+                    pass
+            raise
+        self._size += len(line)
 
     def shutdown(self, deadline: float) -> None:
-        f, self._file = self._file, None
-        if f is not None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
             try:
-                f.close()
-            except Exception:
+                os.close(fd)
+            except OSError:
                 pass

@@ -49,6 +49,7 @@ class OtlpSink(Sink):
         self._batch_size = batch_size
         self._stats = stats
         self._endpoint = endpoint
+        self.label = endpoint
         self._encoder = records.Encoder()
         self._delivery = Delivery(transport_factory, where=endpoint, on_retry=self._on_retry)
 
@@ -63,13 +64,27 @@ class OtlpSink(Sink):
                 self._stats.add_exported(self.name, outcome.sent)
             if outcome.ok:
                 continue
-            self._stats.add_dropped(outcome.reason, outcome.lost)
-            if isinstance(outcome.error, ExportError):
+            self._stats.add_dropped(outcome.kind or "error", outcome.lost, self.name,
+                                    outcome.reason)
+            if isinstance(outcome.error, ExportError) and outcome.kind == "rejected":
                 self._stats.warn_once(f"otlp-reject-{self._endpoint}",
                                       f"{self._endpoint} rejected spans: {outcome.error}")
-            elif outcome.error is not None and "unreachable" not in outcome.reason:
+            elif outcome.kind == "error":
                 self._stats.warn_once(f"otlp-error-{type(outcome.error).__name__}",
                                       f"export to {self._endpoint} failed: {outcome.error!r}")
+
+    def abort(self) -> None:
+        self._delivery.abort()
+
+    def limit(self, deadline: float) -> None:
+        self._delivery.limit(deadline)
+
+    def failing(self) -> tuple[str, str] | None:
+        last = self._delivery.last_error
+        if last is None:
+            return None
+        wait = f" (it asked to retry after {last.retry_after_s:g} s)" if last.retry_after_s else ""
+        return last.kind, last.message + wait
 
     def shutdown(self, deadline: float) -> None:
         self._delivery.close()

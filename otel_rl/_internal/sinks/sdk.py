@@ -64,6 +64,7 @@ class SpanExporterSink(Sink):
     def __init__(self, exporter: SpanExporter, stats: Stats) -> None:
         self.exporter = exporter
         self.name = f"exporter:{type(exporter).__name__}"
+        self.label = self.name
         self._stats = stats
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
@@ -80,7 +81,8 @@ class SpanExporterSink(Sink):
         if ok:
             self._stats.add_exported(self.name, n)
         else:
-            self._stats.add_dropped(f"{type(self.exporter).__name__} failed", n)
+            self._stats.add_dropped("error", n, self.name,
+                                    f"{type(self.exporter).__name__}.export failed")
 
     def shutdown(self, deadline: float) -> None:
         try:

@@ -1,0 +1,185 @@
+"""The ledger: what became of every span record, per sink, so nothing is lost silently.
+
+Every record the pipeline drains is *offered* to each sink; each sink then reports it
+*delivered* or *lost* with one reason from `REASONS`. Records lost before reaching any sink
+(the hot path's full buffer, a worker killed before it sent its records) are lost for every
+sink. So, per sink, once the pipeline has shut down::
+
+    recorded = delivered + sum(lost.values())
+
+Counting happens where records are drained or exported (a few additions per batch), never on
+the training thread. `line` is the one line said at exit; `summary` goes into timers.json's
+metadata (``otel_rl_ledger``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["REASONS", "Ledger"]
+
+#: Why records did not reach a sink. "error" covers anything else (an exporter's bug).
+REASONS = ("unreachable", "rejected", "timed out", "buffer full", "killed worker",
+           "disk full", "error")
+
+
+class _Account:
+    __slots__ = ("closed", "delivered", "detail", "label", "lost", "offered")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.offered = 0
+        self.delivered = 0
+        self.lost: dict[str, int] = {}
+        #: One line per reason (the last seen) for the person reading the exit line.
+        self.detail: dict[str, str] = {}
+        #: Set once shutdown has settled this sink: what its thread reports later is ignored.
+        self.closed = False
+
+
+class Ledger:
+    """Counts per sink; thread-safe (sinks report from their own threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sinks: dict[str, _Account] = {}
+        #: Lost before reaching any sink: counts against every sink.
+        self.upstream: dict[str, int] = {}
+        self.upstream_detail: dict[str, str] = {}
+        #: Losses that cannot be counted (a killed worker's last moments), said at exit.
+        self.notes: list[str] = []
+
+    def add_sink(self, name: str, label: str) -> None:
+        """Track sink `name`, shown as `label` (its endpoint or file)."""
+        with self._lock:
+            self._sinks.setdefault(name, _Account(label))
+
+    def offered(self, name: str, n: int) -> None:
+        """`n` records were handed to sink `name`."""
+        with self._lock:
+            account = self._account(name)
+            if not account.closed:
+                account.offered += n
+
+    def delivered(self, name: str, n: int) -> None:
+        with self._lock:
+            account = self._account(name)
+            if not account.closed:
+                account.delivered += n
+
+    def lost(self, reason: str, n: int, sink: str | None = None, detail: str = "") -> None:
+        """`n` records did not reach `sink` (None: any sink) because of `reason`."""
+        if n <= 0:
+            return
+        if reason not in REASONS:
+            reason = "error"
+        with self._lock:
+            if sink is None:
+                self.upstream[reason] = self.upstream.get(reason, 0) + n
+                if detail:
+                    self.upstream_detail[reason] = detail
+                return
+            account = self._account(sink)
+            if account.closed:
+                return
+            account.lost[reason] = account.lost.get(reason, 0) + n
+            if detail:
+                account.detail[reason] = detail
+
+    def note(self, text: str) -> None:
+        """A loss that cannot be counted, said in the exit line."""
+        with self._lock:
+            if text not in self.notes:
+                self.notes.append(text)
+
+    def settle(self, name: str, reason: str, detail: str = "") -> int:
+        """Close sink `name`'s account: what was offered and is neither delivered nor lost
+        yet is lost for `reason` (shutdown's deadline); later reports are ignored. Returns
+        how many that was."""
+        with self._lock:
+            account = self._account(name)
+            if account.closed:
+                return 0
+            left = account.offered - account.delivered - sum(account.lost.values())
+            if left > 0:
+                account.lost[reason] = account.lost.get(reason, 0) + left
+                if detail:
+                    account.detail[reason] = detail
+            account.closed = True
+            return max(0, left)
+
+    def pending(self, name: str) -> int:
+        """Records offered to `name` and not accounted for yet."""
+        with self._lock:
+            account = self._account(name)
+            return account.offered - account.delivered - sum(account.lost.values())
+
+    def _account(self, name: str) -> _Account:
+        account = self._sinks.get(name)
+        if account is None:
+            account = self._sinks[name] = _Account(name)
+        return account
+
+    # -- what is said ------------------------------------------------------------------------
+    def totals(self) -> dict[str, dict[str, object]]:
+        """Per sink: recorded, delivered, lost (by reason, upstream losses included)."""
+        with self._lock:
+            upstream = dict(self.upstream)
+            result: dict[str, dict[str, object]] = {}
+            for name, account in self._sinks.items():
+                lost = dict(upstream)
+                for reason, n in account.lost.items():
+                    lost[reason] = lost.get(reason, 0) + n
+                pending = account.offered - account.delivered - sum(account.lost.values())
+                result[name] = {
+                    "sink": account.label,
+                    "recorded": account.offered + sum(upstream.values()),
+                    "delivered": account.delivered,
+                    "lost": {reason: n for reason, n in lost.items() if n},
+                    "pending": max(0, pending),
+                }
+            return result
+
+    def lost_most(self) -> int:
+        """The most records any one sink misses (the upstream losses when there is none)."""
+        totals = self.totals()
+        if not totals:
+            return sum(self.upstream.values())
+        return max(sum(t["lost"].values()) for t in totals.values())  # type: ignore[attr-defined]
+
+    def summary(self) -> dict[str, object]:
+        """For timers.json (``otel_rl_ledger``): per sink totals, and losses before the sinks."""
+        return {"sinks": self.totals(), "upstream": dict(self.upstream),
+                "notes": list(self.notes)}
+
+    def line(self) -> str | None:
+        """The exit line: what was lost and where; None when every sink got everything."""
+        totals = self.totals()
+        worst = self.lost_most()
+        if worst == 0:
+            return "; ".join(self.notes) or None
+        parts = []
+        for name, t in totals.items():
+            lost: dict[str, int] = t["lost"]  # type: ignore[assignment]
+            n = sum(lost.values())
+            where = f"{name} {t['sink']}" if t["sink"] != name else name
+            if n == 0:
+                parts.append(f"{where}: all {t['recorded']} delivered")
+                continue
+            reasons = ", ".join(f"{reason} {count}" for reason, count in lost.items())
+            parts.append(f"{where}: {n} of {t['recorded']} lost ({reasons})")
+        if not totals:
+            reasons = ", ".join(f"{reason} {count}" for reason, count in self.upstream.items())
+            parts.append(f"no sink: {reasons}")
+        details = [d for d in self._details() if d] + list(self.notes)
+        text = f"{worst} span(s) were not exported: " + "; ".join(parts)
+        if details:
+            text += " [" + "; ".join(details) + "]"
+        return text
+
+    def _details(self) -> list[str]:
+        with self._lock:
+            seen: list[str] = list(self.upstream_detail.values())
+            for account in self._sinks.values():
+                seen.extend(d for d in account.detail.values() if d not in seen)
+            return seen

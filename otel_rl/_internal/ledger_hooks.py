@@ -1,0 +1,284 @@
+"""The runtime's side of the ledger: timers.json's ledger keys, the spans file's reserve,
+workers that died, workers whose parent is gone, and two runs sharing one output folder.
+
+Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` holds one
+`LedgerState` and calls `output_dir`, `relayed`, `worker_lost`, `before_final_flush`,
+`timers_written`, `ledger_metadata`, `snapshot_extras`, `watch_parent`, `parent_gone` and
+`orphaned` at the points their docstrings name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from otel_rl._internal import log
+
+if TYPE_CHECKING:
+    from otel_rl._internal.otlp.records import Batch
+    from otel_rl._internal.runtime import Runtime
+    from otel_rl._internal.shapes import Snapshot
+    from otel_rl._internal.sinks.base import Stats
+    from otel_rl._internal.sinks.queue import SinkQueue
+
+__all__ = ["LedgerState", "before_final_flush", "ledger_metadata", "orphaned", "output_dir",
+           "parent_gone", "relayed", "snapshot_extras", "timers_written", "watch_parent",
+           "worker_lost"]
+
+#: Metadata keys of timers.json.
+DROPPED_KEY = "otel_rl_dropped_spans"
+LEDGER_KEY = "otel_rl_ledger"
+#: A file in the output folder naming the run that writes there.
+RUN_MARK = ".otel-rl-run"
+
+
+def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
+    """timers.json's ledger keys, when anything was lost: the most spans any one sink lost,
+    and the ledger itself (per sink: recorded, delivered, lost by reason). A run that lost
+    nothing has neither, so its timers.json equals the tree rebuilt from its spans."""
+    ledger = stats.ledger
+    worst = ledger.lost_most()
+    if worst or ledger.notes:
+        metadata[DROPPED_KEY] = str(worst)
+        metadata[LEDGER_KEY] = json.dumps(ledger.summary(), separators=(",", ":"),
+                                          sort_keys=True)
+    else:
+        metadata.pop(DROPPED_KEY, None)
+        metadata.pop(LEDGER_KEY, None)
+
+
+def timers_written(rt: Runtime, size: int) -> None:
+    """After timers.json was written (`size` characters): the spans file leaves room for
+    three times that (the atomic rewrite needs the old and the new copy at once)."""
+    from otel_rl._internal.sinks.file import MIN_RESERVE, FileSink
+
+    for sink in rt.pipeline.sinks:
+        if isinstance(sink, FileSink):
+            sink.reserve = max(MIN_RESERVE, 3 * size)
+
+
+def output_dir(rt: Runtime, path: str | None) -> str | None:
+    """The output folder of this run. A folder another run already wrote to is never written
+    over: this run goes to a sub-folder named by its run id (said in one line). Another run is
+    one with another run id, or the same run id in another process (a script re-run with a
+    fixed ``OTEL_RL_RUN_ID``); the same process configuring again continues its folder."""
+    if path is None or rt.is_worker:
+        return path
+    mine = f"{rt.run_id} {os.getpid()}"
+    mark = os.path.join(path, RUN_MARK)
+    try:
+        with open(mark, encoding="utf-8") as f:
+            other = f.read().strip()
+    except FileNotFoundError:
+        other = "" if not os.path.exists(os.path.join(path, "timers.json")) else "?"
+    except OSError:
+        return path  # unreadable: the writes will say what is wrong
+    if other and other != mine:
+        other_id = other.split(" ")[0] if other != "?" else "(unknown)"
+        name = rt.run_id if other_id != rt.run_id else f"{rt.run_id}-{os.getpid()}"
+        moved = os.path.join(path, name)
+        log.warning("otel_rl: %s already holds run %s; this run (%s) writes to %s", path,
+                    other_id, rt.run_id, moved)
+        path = moved
+        mark = os.path.join(path, RUN_MARK)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(mark, "w", encoding="utf-8") as f:
+            f.write(mine + "\n")
+    except OSError:
+        pass  # the sinks and timers.json report an unwritable folder themselves
+    return path
+    mark = os.path.join(path, RUN_MARK)
+    try:
+        with open(mark, encoding="utf-8") as f:
+            other = f.read().strip()
+    except FileNotFoundError:
+        other = "" if not os.path.exists(os.path.join(path, "timers.json")) else "?"
+    except OSError:
+        return path  # unreadable: the writes will say what is wrong
+    if other and other != rt.run_id:
+        moved = os.path.join(path, rt.run_id)
+        log.warning("otel_rl: %s already holds run %s; this run (%s) writes to %s", path,
+                    other if other != "?" else "(unknown)", rt.run_id, moved)
+        path = moved
+        mark = os.path.join(path, RUN_MARK)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(mark, "w", encoding="utf-8") as f:
+            f.write(rt.run_id + "\n")
+    except OSError:
+        pass  # the sinks and timers.json report an unwritable folder themselves
+    return path
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+class LedgerState:
+    """The ledger's process state, one per `Runtime` (`Runtime.ledger_state`): in the main
+    process, records received per relaying worker's pid, the `multiprocessing` Process of each pid (so
+    its exit code is known after `join()` took it out of multiprocessing's own list) and the
+    workers that died; in a relaying worker, its parent's pid and, once that parent is gone,
+    the queues of its own sinks."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.received: dict[int, int] = {}
+        self.died: dict[int, str] = {}
+        self.processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.parent_pid: int | None = None
+        self.own: list[SinkQueue] | None = None
+
+
+def relayed(rt: Runtime, batch: Batch) -> None:
+    """A worker's batch arrived (the relay's thread): count it for its pid."""
+    pid = batch.resource.get("process.pid")
+    if not isinstance(pid, int):
+        return
+    workers = rt.ledger_state
+    with workers.lock:
+        if pid not in workers.received:
+            _remember_process(workers, pid)
+        workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
+
+
+def _remember_process(workers: LedgerState, pid: int) -> None:
+    mp = sys.modules.get("multiprocessing.process")
+    for process in list(getattr(mp, "_children", ()) if mp is not None else ()):
+        try:
+            if process.pid == pid:
+                workers.processes[pid] = process
+        except (AttributeError, TypeError):
+            continue
+
+
+def _exit_code(workers: LedgerState, pid: int) -> int | None:
+    """The exit code `multiprocessing` saw for child `pid`, if it started it."""
+    process = workers.processes.get(pid)
+    if process is None:
+        _remember_process(workers, pid)
+        process = workers.processes.get(pid)
+    if process is None:
+        return None
+    try:
+        code = process.exitcode
+    except Exception:
+        return None
+    return code if isinstance(code, int) else None
+
+
+def worker_lost(rt: Runtime, pid: int) -> None:
+    """The relay connection of worker `pid` closed before its final snapshot: it died (killed,
+    OOM, os._exit). Its records recorded by its last snapshot and never received are lost
+    ("killed worker"); its blocks in the tree are flagged partial."""
+    if pid <= 0:
+        return
+    workers = rt.ledger_state
+    with rt.snapshots_lock:
+        snap = rt.snapshots.get(str(pid))
+    if snap is None or snap.get("final"):
+        return
+    code = _exit_code(workers, pid)
+    for _ in range(20):  # the socket closes a moment before the process is gone
+        if code is not None:
+            break
+        time.sleep(0.05)
+        code = _exit_code(workers, pid)
+    with workers.lock:
+        if pid in workers.died:
+            return
+        received = workers.received.get(pid, 0)
+        how = (f"killed by signal {-code}" if code is not None and code < 0
+               else f"exit code {code}" if code is not None else "connection closed")
+        role = f"{snap.get('role') or 'worker'} {snap.get('index') or 0}"
+        note = (f"worker {role} (pid {pid}) died before it finished ({how}): its blocks since "
+                f"its last report are missing")
+        workers.died[pid] = note
+    recorded = int(snap.get("recorded") or 0)
+    lost = max(0, recorded - received)
+    rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
+    rt.stats.ledger.note(note)
+    with rt.snapshots_lock:
+        current = rt.snapshots.get(str(pid))
+        if current is not None:
+            current["died"] = note
+
+
+def before_final_flush(rt: Runtime) -> None:
+    """At shutdown, after the relay stopped: what relaying workers dropped before their
+    records reached this process (their span buffers were full) is lost for every sink
+    here too. (Workers whose connection closed without a final snapshot were handled by
+    `worker_lost`.)"""
+    dropped = 0
+    for snap in rt._relayed():
+        value = snap.get("dropped")
+        if isinstance(value, int):
+            dropped += value
+    rt.stats.add_dropped("buffer full", dropped, None,
+                         "worker processes' span buffers were full")
+
+
+def snapshot_extras(rt: Runtime) -> Snapshot:
+    """What a worker's snapshot adds for the parent's ledger: records it has recorded so far
+    (handed to its relay or still buffered) and whether this is its final word."""
+    return {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer), "final": rt.closed}
+
+
+# -- orphans ---------------------------------------------------------------------------------
+
+def watch_parent(rt: Runtime) -> None:
+    """In a relaying worker (at start): when the parent goes away, `orphaned` takes over."""
+    client = rt.relay_client
+    if client is None:
+        return
+    rt.ledger_state.parent_pid = os.getppid()
+    client.on_broken = lambda batches: orphaned(rt, batches)
+
+
+def parent_gone(rt: Runtime) -> bool:
+    """Checked at each flush of a relaying worker (cheap): was it re-parented?"""
+    ppid = rt.ledger_state.parent_pid
+    return ppid is not None and os.getppid() != ppid
+
+
+def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
+    """The parent process is gone (killed, or exited first): this worker stops relaying and
+    exports on its own, as a worker with no relay does: its own spans file (and collector)
+    from now on, its own timers.<pid>.json and aggregate, and at its end its open blocks cut
+    short. `batches` the relay could not take go there too."""
+    from otel_rl._internal.sinks.queue import SinkQueue
+
+    with rt.ledger_state.lock:
+        own = rt.ledger_state.own
+        if own is None:
+            client = rt.relay_client
+            rt.relay_client = None  # from now on the runtime checkpoints on its own
+            if client is not None:
+                client.on_broken = lambda more: orphaned(rt, more)
+                for queue in rt.pipeline.queues:
+                    if queue.sink is client:
+                        queue.retired = True  # new flushes go to the own sinks only
+            if rt.output_dir is None and not rt.settings.endpoint:
+                rt.output_dir = os.path.join("otel-rl-runs", rt.run_id)
+            sinks = rt.own_sinks()
+            own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
+                   for sink in sinks for queue in rt.pipeline.queues[:1]]
+            rt.ledger_state.own = own
+            rt.pipeline.queues.extend(own)
+            rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
+            where = ", ".join(s.label or s.name for s in sinks) or "nowhere"
+            log.warning("otel_rl: worker %d: the parent process is gone; exporting its own "
+                        "spans to %s", os.getpid(), where)
+            if not rt.closed:
+                for queue in own:
+                    queue.start()
+    for queue in own:
+        if rt.closed:  # shutdown has stopped the queues: write them from this thread
+            queue.export_now(batches, time.monotonic() + min(2.0, rt.settings.shutdown_timeout))
+        else:
+            queue.put(batches)
