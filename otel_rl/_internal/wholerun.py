@@ -154,5 +154,5 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
     tree.metadata = dict(metadata)
     if notes:
         tree.complete = False
-        tree.notes = list(notes)
+        tree.notes = [*tree.notes, *notes]
     return tree.to_dict()

@@ -179,7 +179,7 @@ class Driver:
         if meta.get("refused"):
             state.refused += records
             ledger.refused += records
-            rt.stats.add_dropped("Ray collector full", records)
+            rt.stats.add_dropped("buffer full", records, None, "the Ray collector was full")
             return
         for frame in frames:
             length, kind = relay._HEADER.unpack_from(frame)
@@ -244,5 +244,13 @@ class Driver:
                     f"(its current call and at most {interval:g} s before it; {reason})")
             self.ledger.lost.append(line)
             self.rt.notes.append(line)
+            # The run's ledger: what its last snapshot said it had recorded and never arrived
+            # (a lower bound: what it recorded after that snapshot cannot be counted).
+            with self.rt.snapshots_lock:
+                snap = self.rt.snapshots.get(f"ray:{key}")
+            recorded = int((snap or {}).get("recorded") or 0)
+            self.rt.stats.add_dropped("killed worker", max(0, recorded - state.records), None,
+                                      f"Ray worker {key}")
+            self.rt.stats.ledger.note(line)
             self.rt.stats.warn_once(f"ray-lost-{key}", line)
             state.final = True  # counted once

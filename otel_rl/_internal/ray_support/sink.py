@@ -46,6 +46,7 @@ class RaySink(RelayClient):
         self._lock = threading.Lock()
         self._broken = False
         self._handle: Any = None
+        self.on_broken = None  # the Unix relay's fallback: Ray reports its own failures
         self._frames: list[bytes] = []
         self._records = 0
         self._snapshot: Snapshot | None = None
@@ -148,7 +149,8 @@ class RaySink(RelayClient):
                 self.pushes += 1
             except Exception as exc:
                 self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
-                self._stats.add_dropped("ray delivery failed", records)
+                self._stats.add_dropped("unreachable", records, None,
+                                        "the driver's Ray collector")
                 return
             self._started_pushed = started_before
             self._last_busy = busy
