@@ -37,8 +37,9 @@ _LOCKS: list[Any] = []
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
-def venv_python() -> str:
-    out = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup-frameworks.sh"), "sf"],
+def venv_python(target: str = "sf") -> str:
+    """The Python of the framework venv `target`, with this checkout's otel_rl installed."""
+    out = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup-frameworks.sh"), target],
                          capture_output=True, text=True, check=True)
     python = out.stdout.split()[-1]
     # The tests in tests/frameworks/ take the same lock: nobody reinstalls otel_rl meanwhile.

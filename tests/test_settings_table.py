@@ -46,7 +46,8 @@ def test_configure_documents_every_setting_and_its_variables() -> None:
 
 def test_resolved_settings_have_one_attribute_per_row() -> None:
     annotated = set(typing.get_type_hints(config.Settings, vars(config) | {"SpanExporter": object}))
-    assert annotated == {s.name for s in config.TABLE} | {"traces_endpoint_is_full", "exporters"}
+    assert annotated == {s.name for s in config.TABLE} | {"traces_endpoint_is_full", "exporters",
+                                                          "run_id_given"}
     resolved = config.resolve({}, environ={})
     for setting in config.TABLE:
         if setting.default is not None:

@@ -38,6 +38,13 @@ def run_trace_id(run_id: str) -> int:
     return derive_trace_id(run_id, "run")
 
 
+def run_span_id(run_id: str) -> int:
+    """The run span's id, derived like the trace ids: a process that shares nothing with the
+    main process but the run id (another torchrun node) can hang its spans under it."""
+    digest = hashlib.blake2b(f"{run_id}\x00run span".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
 def encode(payload: Mapping[str, object]) -> list[str]:
     """The payload as base64 parts of at most `PART_CHARS` characters."""
     raw = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
@@ -169,6 +176,7 @@ def build(collected: Collected) -> tuple[TimersDict, list[str]]:
         root_total, gauges, metadata = first["root_total"], first["gauges"], first["metadata"]
         places = list(first.get("places") or [])
         main_worker = first.get("main")  # the run's own thread's role (`components.main_role`)
+        notes.extend(str(note) for note in first.get("notes") or ())
     tree = wholerun.build(local=local, snapshots=[*snapshots, *workers], root_total=root_total,
                           gauges=gauges, metadata=metadata, places=places, main=main_worker)
     return tree, notes

@@ -388,6 +388,7 @@ CARRIED = tuple(s.name for s in TABLE if s.carried)
 #: Every attribute of `Settings` with its default: the table's, plus what `resolve` derives.
 _SETTINGS_DEFAULTS: dict[str, Any] = {
     **{s.name: s.default for s in TABLE}, "traces_endpoint_is_full": False, "exporters": (),
+    "run_id_given": False,
 }
 
 
@@ -398,6 +399,8 @@ class Settings:
     service_name: str
     endpoint: str | None
     traces_endpoint_is_full: bool
+    #: The run id came from outside (argument, OTEL_RL_RUN_ID, `otel-rl run`), not made here.
+    run_id_given: bool
     protocol: Protocol
     headers: dict[str, str]
     compression: Compression
@@ -485,7 +488,7 @@ def resolve(arguments: Mapping[str, object], environ: Mapping[str, str] | None =
     values: dict[str, Any] = {}
     known = set(_SETTINGS_DEFAULTS)
     for name in arguments:
-        if name not in known or name == "traces_endpoint_is_full":
+        if name not in known or name in ("traces_endpoint_is_full", "run_id_given"):
             raise ValueError(f"unknown otel_rl setting {name!r}")
     source_var: str | None = None
     for setting in TABLE:
@@ -514,6 +517,7 @@ def resolve(arguments: Mapping[str, object], environ: Mapping[str, str] | None =
         settings.service_name = settings.resource_attributes.get(
             "service.name", "unknown_service:python"
         )
+    settings.run_id_given = bool(settings.run_id)
     if not settings.run_id:
         settings.run_id = new_run_id()
     if settings.endpoint is not None and settings.endpoint.lower() in ("none", "off"):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from otel_rl._internal import carrier, recorder, runtime
+from otel_rl._internal import carrier, recorder, rllib, runtime, torchrun
 
 if TYPE_CHECKING:
     from inspect import Signature
@@ -227,7 +227,7 @@ _popen_signature: Signature | None = None
 def _patched_popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
     global _popen_signature
     rt = _auto()
-    if rt is not None:
+    if rt is not None and not runtime.programs_quiet():
         try:
             if _popen_signature is None:
                 import inspect  # on first use: worker start-up does not pay for it
@@ -253,7 +253,8 @@ def inject_env(env: Mapping[str, str] | Mapping[bytes, bytes] | None = None
     if any(isinstance(key, bytes) for key in base):
         return None
     result = dict(cast("Mapping[str, str]", base))
-    handed_down = make_carrier(for_process=True, role="subprocess")
+    role, index = torchrun.child_role(result) or ("subprocess", None)
+    handed_down = make_carrier(for_process=True, role=role, index=index)
     if handed_down:
         carrier.to_env(handed_down, result)
     return result
@@ -284,10 +285,18 @@ def _patch_pool(module: ModuleType) -> None:
 
 #: Modules patched when they are imported (at once if they already are): a worker that never
 #: uses a pool does not pay for importing one (~6 ms of start-up).
+def _patch_ray(module: ModuleType) -> None:
+    from otel_rl._internal.ray_support import patches  # Ray tasks and actors
+
+    patches.install()
+
+
 _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "concurrent.futures.process": _patch_process_pool,
     "concurrent.futures.thread": _patch_thread_pool,
     "multiprocessing.pool": _patch_pool,
+    "ray": _patch_ray,
+    **rllib.PATCHES,  # RLlib's own timers as blocks, its actors' roles
 }
 
 

@@ -301,6 +301,10 @@ class RelayClient(Sink):
     def send_snapshot(self, snapshot: Snapshot) -> None:
         self._send(_encode(KIND_SNAPSHOT, snapshot))
 
+    def after_flush(self) -> None:
+        """Called once a flush has handed everything to the sinks (each frame is already
+        sent here; a sink that sends one message per flush sends it now)."""
+
     def shutdown(self, deadline: float) -> None:
         try:
             self._sock.close()

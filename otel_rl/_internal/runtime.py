@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -96,6 +96,12 @@ class Runtime:
         self.relay_client: RelayClient | None = None
         self.remote_traces: dict[int, Trace] = {}
         self.role_counters: dict[str, int] = {}
+        # Engine hooks (`ray_support`): feeds run at every flush before the drain (records
+        # and snapshots arriving by other channels than the relay socket); finishers once at
+        # shutdown, before the last tree; notes say what the whole-run tree lacks.
+        self.feeds: list[Callable[[float], None]] = []
+        self.finishers: list[Callable[[float], None]] = []
+        self.notes: list[str] = []
         self.output_dir = self._output_dir()
         self.resource = self._resource()
         self.start_ns = recorder.now_ns()
@@ -139,7 +145,11 @@ class Runtime:
             self.trace = Trace(external_trace or aggregates.run_trace_id(self.run_id),
                                self.budget, buffer)
             self.trace.n = 1  # reserved for the run span
-            self.run_span_id = recorder.new_span_id()
+            # Derived from a run id given from outside, so that a process sharing only that id
+            # (another torchrun node) can hang under it; drawn otherwise (deterministic under
+            # otel_rl.testing).
+            self.run_span_id = (aggregates.run_span_id(self.run_id) if settings.run_id_given
+                                else recorder.new_span_id())
             self.base = None  # set in attach(), from the run stack's thread
             self.root_run = (self.trace.trace_id, self.run_span_id)
         self.windower: Any = None
@@ -258,6 +268,12 @@ class Runtime:
         if s.disabled:
             return []
         ctx = self.ctx
+        if ctx is not None and ctx.relay and ctx.relay.startswith("ray:"):
+            # A Ray worker: records go to the driver through Ray itself (any node).
+            from otel_rl._internal.ray_support.sink import RaySink
+
+            self.relay_client = RaySink(ctx.relay, self.stats)
+            return [self.relay_client]
         if ctx is not None and ctx.relay:
             from otel_rl._internal.relay import RelayClient
 
@@ -389,6 +405,8 @@ class Runtime:
                 **ledger_hooks.snapshot_extras(self)}
 
     def _on_flush(self, deadline: float) -> None:
+        for feed in list(self.feeds):
+            feed(deadline)
         if self.relay_client is not None and ledger_hooks.parent_gone(self):
             ledger_hooks.orphaned(self)
         if self.relay_client is not None:
@@ -400,6 +418,8 @@ class Runtime:
             self.checkpoint(recorder.now_ns(), final=False)
 
     def _after_flush(self) -> None:
+        if self.relay_client is not None:
+            self.relay_client.after_flush()
         tree, self.pending_timers = self.pending_timers, None
         if tree is not None:
             self._write_timers_dict(tree)
@@ -497,7 +517,8 @@ class Runtime:
         return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
                 "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
-                "places": placement.places(), "main": self._main_worker(run_stack)}
+                "places": placement.places(), "main": self._main_worker(run_stack),
+                "notes": list(self.notes)}
 
     def whole_run_tree(self, end_ns: int) -> TimersDict:
         return wholerun.build(**self.tree_inputs(end_ns))
@@ -516,6 +537,11 @@ class Runtime:
 
     def shutdown(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        for finish in list(self.finishers):
+            try:
+                finish(deadline)
+            except Exception as exc:
+                self.stats.warn_once("finisher", f"a shutdown step failed: {exc!r}")
         end_ns = recorder.now_ns()
         components = sys.modules.get("otel_rl._internal.components")
         if components is not None:  # Sample Factory components end with the run
@@ -753,6 +779,21 @@ def start_worker(handed_down: Mapping[str, str]) -> None:
         _rt = None  # an inherited (forked) runtime belongs to the parent: drop it
         start(settings, ctx, auto=True)
     _watch_sigterm()
+
+
+@contextmanager
+def no_context_for_programs() -> Iterator[None]:
+    """Programs this thread starts in the ``with`` body get no context (an engine's own
+    daemons, such as Ray's raylet, whose workers join the run by the engine's own means)."""
+    _fork.quiet = getattr(_fork, "quiet", 0) + 1
+    try:
+        yield
+    finally:
+        _fork.quiet -= 1
+
+
+def programs_quiet() -> bool:
+    return bool(getattr(_fork, "quiet", 0))
 
 
 @contextmanager

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from otel_rl._internal.node import TreeNode
@@ -144,6 +144,8 @@ class TreeInputs(TypedDict):
     metadata: dict[str, str]
     places: list[list[object]]
     main: MainWorker | None
+    #: What the tree lacks (workers that ended without delivering): marks it incomplete.
+    notes: NotRequired[list[str]]
 
 
 #: An open block, for continuation spans: (pid, span id, parent span id, name, start ns, tid).

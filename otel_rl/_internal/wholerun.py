@@ -122,7 +122,7 @@ def _worker(contribution: Contribution, node: TreeNode, role: str, index: int,
 def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_total: float,
           gauges: dict[str, GaugeDict], metadata: dict[str, str],
           places: list[list[object]] | None = None,
-          main: MainWorker | None = None) -> TimersDict:
+          main: MainWorker | None = None, notes: list[str] | None = None) -> TimersDict:
     """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
     from otel_rl._internal import placement
     from otel_rl._internal.tree import Tree
@@ -152,4 +152,7 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
     tree.root.total, tree.root.count = root_total, 1
     tree.gauges = {name: Gauge.from_dict(g) for name, g in all_gauges.items()}
     tree.metadata = dict(metadata)
+    if notes:
+        tree.complete = False
+        tree.notes = [*tree.notes, *notes]
     return tree.to_dict()

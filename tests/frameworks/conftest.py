@@ -148,12 +148,14 @@ def node_at(tree: dict[str, Any], *path: str) -> dict[str, Any]:
     return node
 
 
-def assert_tree_from_spans_equals_timers_json(venv: Venv, out: Path, root: Path) -> None:
+def assert_tree_from_spans_equals_timers_json(venv: Venv, out: Path, root: Path,
+                                              allow_partial: bool = False) -> None:
     """`otel-rl tree` on the run's spans file gives back its timers.json: every node's count,
     is_parallel, total and self (to 1e-9 s), and the workers list."""
     rebuilt = root / "rebuilt.json"
-    done = venv.run(venv.bin / "otel-rl", "tree", out / "spans.otlp.jsonl", "-o", rebuilt,
-                    cwd=root)
+    partial = ["--allow-partial"] if allow_partial else []
+    done = venv.run(venv.bin / "otel-rl", "tree", *partial, out / "spans.otlp.jsonl", "-o",
+                    rebuilt, cwd=root)
     assert done.returncode == 0, done.stderr
     tree, again = load(out / "timers.json"), load(rebuilt)
     assert counts(again) == counts(tree)

@@ -26,6 +26,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from otel_rl._internal import torchrun
 from otel_rl._internal.config import SPAN_POLICIES
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
@@ -218,7 +219,10 @@ def run(args: argparse.Namespace) -> int:
     env = child_environment(args, dict(os.environ))
     argv = command_line(list(args.command), env)
     if not _service_named(env):
-        env["OTEL_RL_SERVICE_NAME"] = program_name(argv)
+        named = torchrun.training_program(argv) if torchrun.is_torchrun(argv) else argv
+        env["OTEL_RL_SERVICE_NAME"] = program_name(named or argv)
+    # torchrun on several nodes: one run id from the rendezvous id; a node other than 0 joins.
+    joining_node = torchrun.launch_environment(argv, env)
     if not env.get("OTEL_RL_RUN_ID", "").strip():
         # Chosen here, so that the default output folder (otel-rl-runs/<run id>) is known.
         from otel_rl._internal.config import new_run_id
@@ -236,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         returncode = proc.wait()
     finally:
         forwarder.restore()
-    if folder is not None:
+    if folder is not None and joining_node is None:  # node 0 writes the run's report
         try:
             written = write_report(folder)
         except Exception as exc:  # the program's result stands; the report is extra

@@ -1,0 +1,160 @@
+"""The real RLlib PPO run with and without otel_rl: training iterations per second.
+
+    python benchmarks/bench_rllib.py [--rounds N] [--iterations N] [--quick] [--json FILE]
+
+RLlib 2.60 PPO on CartPole (new API stack, 2 env runners, a Learner actor, 400 env steps per
+iteration; ``tests/frameworks/rllib_train.py``), in the venv ``scripts/setup-frameworks.sh
+ray`` builds, with this checkout's otel_rl installed there by a plain ``pip install``. Each
+round runs both variants in a shuffled order: plain, and under ``otel-rl run`` (default
+settings: the ``auto`` span policy, files in a temporary folder). Measured per run: the wall
+time of each ``algo.train()`` call; iterations/s = iterations / their summed time, the first
+iteration left out (warm-up); and the CPU seconds (every thread) of the driver, the env runners
+and the Learner at the end of training, the steadier figure on a shared machine (Ray's own
+daemons and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's build are not counted (they are
+the same code either way, and their time is noise here). Reported: medians (min-max) and the
+ratio of medians otel_rl / plain, plus the spread of the per-round ratios. Checks: every run
+exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
+``sample`` blocks under ``env_runner_sampling_timer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from _report import failed_checks_lines, finish
+from bench_sample_factory import venv_python
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SCRIPT = os.path.join(REPO, "tests", "frameworks", "rllib_train.py")
+SAMPLING = ("training_iteration", "training_step", "env_runner_sampling_timer", "sample")
+
+
+def _sampling_under_the_driver(timers_json: str) -> bool:
+    with open(timers_json, encoding="utf-8") as f:
+        node = json.load(f)
+    for name in SAMPLING:
+        node = (node.get("children") or {}).get(name)
+        if node is None:
+            return False
+    return bool(node.get("is_parallel"))
+
+
+def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[str, Any]:
+    bindir = os.path.dirname(python)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env["PYTHONWARNINGS"] = "ignore"
+    results = os.path.join(workdir, f"{variant}.json")
+    out = os.path.join(workdir, f"otel-{variant}")
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [python, SCRIPT, results, str(iterations)]
+    if variant == "otel_rl":
+        argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python",
+                SCRIPT, results, str(iterations)]
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=1800)
+    wall = time.perf_counter() - start
+    checks = []
+    rows: list[dict[str, Any]] = []
+    cpu_s = 0.0
+    if done.returncode != 0:
+        checks.append(f"{variant}: exit status {done.returncode}: {done.stderr[-300:]!r}")
+    elif os.path.exists(results):
+        with open(results, encoding="utf-8") as f:
+            data = json.load(f)
+        rows = data["iterations"]
+        cpu = data["cpu_s"]
+        cpu_s = cpu["driver"] + sum(cpu["env_runners"]) + sum(cpu["learners"])
+    if len(rows) != iterations:
+        checks.append(f"{variant}: trained {len(rows)} of {iterations} iterations")
+    if variant == "otel_rl" and done.returncode == 0:
+        timers = os.path.join(out, "timers.json")
+        if not os.path.exists(timers):
+            checks.append("otel_rl: no timers.json")
+        elif not _sampling_under_the_driver(timers):
+            checks.append("otel_rl: the env runners' sample blocks are not under "
+                          "env_runner_sampling_timer")
+    timed = [row["seconds"] for row in rows[1:]]
+    return {"it_per_s": len(timed) / sum(timed) if timed else 0.0, "cpu_s": cpu_s,
+            "wall_s": wall, "checks": checks}
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for variant, rows in runs.items():
+        summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
+        for key in ("it_per_s", "cpu_s", "wall_s"):
+            values = [r[key] for r in rows]
+            summary[variant][key] = {"median": statistics.median(values), "min": min(values),
+                                     "max": max(values)}
+    ratios: dict[str, Any] = {}
+    for key in ("it_per_s", "cpu_s", "wall_s"):
+        per_round = [o[key] / p[key] for o, p in zip(runs["otel_rl"], runs["plain"], strict=True)
+                     if p[key]]
+        plain_median = summary["plain"][key]["median"]
+        ratios[key] = {
+            "of_medians": summary["otel_rl"][key]["median"] / plain_median if plain_median
+            else 0.0,
+            "per_round_min": min(per_round, default=0.0),
+            "per_round_max": max(per_round, default=0.0)}
+    return {"summary": summary, "ratios": ratios}
+
+
+def render(results: dict[str, Any]) -> str:
+    s, r = results["summary"], results["ratios"]
+    lines = [f"RLlib 2.60 PPO CartPole, 2 env runners + a Learner actor, {results['iterations']} "
+             f"iterations (first left out), {results['rounds']} interleaved rounds "
+             "(median, min–max)", "",
+             "| | iterations/s (algo.train()) | CPU s: driver + env runners + learner | "
+             "wall s, whole run |", "|---|---|---|---|"]
+    for variant in ("plain", "otel_rl"):
+        cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
+                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3), ("cpu_s", 1),
+                                                              ("wall_s", 1))]
+        name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
+             f"{r[k]['per_round_max']:.3f})" for k in ("it_per_s", "cpu_s", "wall_s")]
+    lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
+    return "\n".join([*failed_checks_lines(results), *lines])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 5 iterations")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--seed", type=int, default=0, help="of the variant order per round")
+    args = parser.parse_args()
+    rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
+    python = venv_python("ray")
+    order = random.Random(args.seed)
+    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
+    with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:
+        for i in range(rounds):
+            variants = ["plain", "otel_rl"]
+            order.shuffle(variants)
+            for variant in variants:
+                row = one_run(python, variant, iterations, workdir)
+                runs[variant].append(row)
+                print(f"round {i + 1}/{rounds} {variant:8s} {row['it_per_s']:6.3f} it/s  "
+                      f"CPU {row['cpu_s']:5.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
+    results = {"rounds": rounds, "iterations": iterations, "runs": runs, **summarize(runs)}
+    return finish(results, args.json, render)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The part of otel_rl's Ray support that Ray ships to its workers *by value*.
+
+Ray pickles the job's ``worker_process_setup_hook``, the collector actor's class and the
+flush function `ray.kill` runs first with cloudpickle; this module is registered with
+``ray.cloudpickle.register_pickle_by_value``, so none of that needs otel_rl to be importable
+on the worker's machine. Hence: standard library only, nothing imported from otel_rl at
+module level, and no module state (each function is unpickled with its own globals).
+
+Where otel_rl is importable, the setup hook hands over to
+`otel_rl._internal.ray_support.worker` (looked up by name); where it is not, it still removes the per-call
+context argument before the user's function sees it (fail open: the call runs as without
+otel_rl).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The keyword argument a call's context travels in (removed before the function runs).
+KEY = "__otel_rl_ctx__"
+
+
+def make_setup_hook(joining: dict[str, str], user_hook: Any = None) -> Any:
+    """The job's setup hook for the run `joining` describes (a named function: Ray wants one)."""
+
+    def otel_rl_setup_hook() -> None:
+        setup_hook(joining, user_hook)
+
+    return otel_rl_setup_hook
+
+
+def setup_hook(joining: dict[str, str], user_hook: Any = None) -> None:
+    """Ray's ``worker_process_setup_hook`` for the run's job: join the run, then run the
+    program's own hook (a callable or a ``module.function`` string), as Ray would have."""
+    joined = False
+    try:
+        joined = _entry_point().join(joining)
+    except Exception:
+        joined = False
+    if not joined:
+        strip_only()
+    if user_hook is not None:
+        if isinstance(user_hook, str):
+            import importlib
+
+            module_name, _, name = user_hook.rpartition(".")
+            user_hook = getattr(importlib.import_module(module_name), name)
+        user_hook()
+
+
+def strip_only() -> None:
+    """Without otel_rl: drop the context argument from every call this worker runs."""
+    import ray._private.function_manager as fm
+
+    cls = fm.FunctionActorManager
+    original = cls.get_execution_info
+    if getattr(original, "_otel_rl", False):
+        return
+    wrapped: dict[int, Any] = {}
+
+    def strip(executor: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop(KEY, None)
+            return executor(*args, **kwargs)
+
+        run.__dict__.update(getattr(executor, "__dict__", {}))
+        run.__name__ = getattr(executor, "__name__", "run")
+        return run
+
+    def get_execution_info(self: Any, job_id: Any, function_descriptor: Any) -> Any:
+        info = original(self, job_id, function_descriptor)
+        known = wrapped.get(id(info.function))
+        if known is None or known[0] is not info.function:
+            known = wrapped[id(info.function)] = (info.function, strip(info.function))
+        return info._replace(function=known[1])
+
+    get_execution_info._otel_rl = True  # type: ignore[attr-defined]
+    cls.get_execution_info = get_execution_info
+
+
+def flush_in_actor(actor: Any) -> Any:
+    """Run in an actor (``__ray_call__``) just before `ray.kill`: deliver what it holds now.
+    Returns the worker's key once delivered, None if there was nothing to do."""
+    try:
+        worker = _entry_point()
+    except Exception:
+        return None
+    return worker.flush_now(final=True)
+
+
+def _entry_point() -> Any:
+    """otel_rl's worker side, looked up by name: this module runs where otel_rl may not be
+    installed, and imports nothing of it otherwise (ImportError then: fail open)."""
+    import importlib
+
+    return importlib.import_module("otel_rl._internal.ray_support.worker")
+
+
+class Collector:
+    """The run's mailbox on the driver's node: workers push frames, the driver drains them.
+
+    Bounded: past `cap` bytes waiting, a push's frames are refused (the push says how many
+    records they held, so the driver counts them lost). A push returns whether the driver
+    has asked every worker for a last delivery (`request_final`)."""
+
+    def __init__(self, cap: int) -> None:
+        try:
+            _entry_point().leave()
+        except Exception:
+            pass
+        self._items: list[tuple[str, dict[str, Any], list[bytes]]] = []
+        self._bytes = 0
+        self._cap = cap
+        self._final = False
+
+    def push(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> bool:
+        size = sum(len(frame) for frame in frames)
+        if frames and self._bytes + size > self._cap:
+            meta = dict(meta, refused=True)
+            frames = []
+            size = 0
+        self._items.append((key, meta, frames))
+        self._bytes += size
+        return self._final
+
+    def drain(self) -> list[tuple[str, dict[str, Any], list[bytes]]]:
+        items, self._items = self._items, []
+        self._bytes = 0
+        return items
+
+    def request_final(self) -> bool:
+        self._final = True
+        return True

@@ -1,0 +1,256 @@
+"""The driver's side of a Ray run: workers join through the job, records come back through Ray.
+
+`ray.init` (patched) adds the run's ``worker_process_setup_hook`` to the job's runtime_env
+(chaining the program's own hook), so every worker process of the job joins the run, on a
+local instance and on a cluster that was already running alike (raylet never needs the
+driver's environment). Right after, it starts the run's collector actor on the driver's own
+node (no CPU reserved). Every flush the driver drains the collector (`feed`) into the
+pipeline, exactly as records relayed by forked workers, and keeps each worker's latest
+snapshot for the whole-run tree.
+
+At `ray.shutdown` (and `ray.kill` of an actor, and the run's own shutdown) the driver asks
+for a last delivery: every worker answers with its next push (at most a flush interval
+away). Workers that were busy at their last push and never answer are counted lost by
+`Ledger`, with the reason, and the whole-run tree is marked incomplete.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from otel_rl._internal import relay, semconv
+from otel_rl._internal.ray_support import _shim, calls
+from otel_rl._internal.runtime import Runtime
+
+#: Bytes of pushed frames the collector holds between two drains before refusing more.
+COLLECTOR_CAP = 256 * 1024 * 1024
+#: Seconds a drain of the collector may take.
+DRAIN_TIMEOUT = 10.0
+#: A Ray worker's flush interval at most (seconds): a worker that Ray ends when idle has
+#: delivered everything by then, and one killed during a call loses at most that call plus
+#: this much of what came before it.
+WORKER_FLUSH_INTERVAL = 0.5
+
+
+class _WorkerState:
+    __slots__ = ("answered", "busy", "final", "index", "pid", "records", "refused", "role",
+                 "seq")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.busy = False
+        self.answered = False
+        self.final = False
+        self.records = 0
+        self.refused = 0
+        self.role = "worker"
+        self.index = 0
+        self.pid = 0
+
+
+class Ledger:
+    """Per Ray worker process of the run: what it delivered, and whether it ended without
+    delivering everything (the counts the run's loss accounting reads)."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, _WorkerState] = {}
+        self.indices: dict[str, int] = {}
+        self.pushes = 0
+        self.records = 0
+        self.refused = 0
+        self.lost: list[str] = []  # one line per worker that ended without its last push
+
+    def state(self, key: str) -> _WorkerState:
+        state = self.workers.get(key)
+        if state is None:
+            state = self.workers[key] = _WorkerState()
+        return state
+
+    def index_for(self, key: str, role: str) -> int:
+        slot = f"{role}\0{key}"
+        index = self.indices.get(slot)
+        if index is None:
+            index = self.indices[slot] = sum(1 for s in self.indices if s.startswith(f"{role}\0"))
+        return index
+
+    def waiting(self) -> list[str]:
+        """Workers a last delivery is still awaited from (busy at their last push)."""
+        return [key for key, s in self.workers.items()
+                if s.busy and not (s.answered or s.final)]
+
+
+class Driver:
+    """The run's Ray side in the driver process."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.name = f"otel_rl-collector-{rt.run_id}-{uuid.uuid4().hex[:8]}"
+        self.handle: Any = None
+        self.ledger = Ledger()
+        self.finished = False
+        self._lock = threading.Lock()
+
+    # -- joining ------------------------------------------------------------------------------
+    def joining_carrier(self) -> dict[str, str]:
+        """The carrier a worker process joins the run with (no clock offset: its own)."""
+        from otel_rl._internal import carrier
+        from otel_rl._internal.config import CARRIED
+
+        rt = self.rt
+        data: dict[str, Any] = {
+            "path": [], "pid": rt.pid, "tid": rt.run_stack.tid if rt.run_stack else 0,
+            "run_id": rt.run_id, "role": None, "index": None,
+            "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"], "t0": rt.t0_ns,
+            # The collector is looked up in the job's own namespace (the worker's).
+            "relay": f"ray:/{self.name}",
+            "settings": {name: getattr(rt.settings, name) for name in CARRIED},
+        }
+        data["settings"]["flush_interval"] = min(rt.settings.flush_interval,
+                                                 WORKER_FLUSH_INTERVAL)
+        sampled = rt.spans_on
+        return carrier.make(rt.trace.trace_id, rt.run_span_id, sampled, data)
+
+    def runtime_env(self, runtime_env: Any) -> Any:
+        """`runtime_env` with the run's setup hook added (the program's own one chained)."""
+        env = dict(runtime_env or {})
+        user_hook = env.get("worker_process_setup_hook")
+        import ray.cloudpickle
+
+        ray.cloudpickle.register_pickle_by_value(_shim)
+        env["worker_process_setup_hook"] = _shim.make_setup_hook(self.joining_carrier(),
+                                                                 user_hook)
+        return env
+
+    def start_collector(self) -> None:
+        import ray
+
+        context = ray.get_runtime_context()
+        collector = ray.remote(num_cpus=0, max_restarts=0)(_shim.Collector)
+        with calls.internal():
+            self.handle = self._create(collector, context)
+
+    def _create(self, collector: Any, context: Any) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return collector.options(
+            name=self.name, lifetime=None,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(),
+                                                               soft=False),
+        ).remote(COLLECTOR_CAP)
+
+    # -- receiving ----------------------------------------------------------------------------
+    def feed(self, deadline: float) -> None:
+        """Take what workers pushed since the last feed into the run (flush thread)."""
+        handle = self.handle
+        if handle is None or self.finished:
+            return
+        import ray
+
+        with self._lock:
+            if not ray.is_initialized():
+                return
+            try:
+                with calls.internal():
+                    ref = handle.drain.remote()
+                items = ray.get(ref, timeout=max(0.1, min(DRAIN_TIMEOUT,
+                                                          deadline - time.monotonic())))
+            except Exception as exc:
+                self.rt.stats.warn_once("ray-drain", f"cannot drain the Ray collector: {exc!r}")
+                return
+            for key, meta, frames in items:
+                self._ingest(key, meta, frames)
+
+    def _ingest(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> None:
+        ledger, rt = self.ledger, self.rt
+        state = ledger.state(key)
+        ledger.pushes += 1
+        if meta.get("notice"):
+            state.busy = True
+            return
+        state.seq = max(state.seq, int(meta.get("seq") or 0))
+        state.busy = bool(meta.get("busy"))
+        state.answered = state.answered or bool(meta.get("answer"))
+        state.final = state.final or bool(meta.get("final"))
+        state.pid = int(meta.get("pid") or 0)
+        records = int(meta.get("records") or 0)
+        if meta.get("refused"):
+            state.refused += records
+            ledger.refused += records
+            rt.stats.add_dropped("buffer full", records, None, "the Ray collector was full")
+            return
+        for frame in frames:
+            length, kind = relay._HEADER.unpack_from(frame)
+            body = frame[relay._HEADER.size:relay._HEADER.size + length]
+            try:
+                if kind == relay.KIND_COLUMNS:
+                    batch = relay.decode_columns(body)
+                    role = str(batch.resource.get(semconv.WORKER_ROLE) or "worker")
+                    if not meta.get("index_given") and batch.records:
+                        batch.resource[semconv.WORKER_INDEX] = ledger.index_for(key, role)  # type: ignore[index]
+                    rt.pipeline.add_relayed(batch)
+                    state.records += len(batch.records)
+                    ledger.records += len(batch.records)
+                elif kind == relay.KIND_SNAPSHOT:
+                    import json
+
+                    snapshot = json.loads(body)
+                    state.role = str(snapshot.get("role") or "worker")
+                    if not meta.get("index_given") and snapshot.get("contributions"):
+                        snapshot["index"] = ledger.index_for(key, state.role)
+                    with rt.snapshots_lock:
+                        rt.snapshots[f"ray:{key}"] = snapshot
+            except Exception as exc:
+                rt.stats.warn_once("ray-frame", f"ignoring a malformed frame from {key}: {exc!r}")
+
+    # -- ending -------------------------------------------------------------------------------
+    def finish(self, deadline: float, reason: str) -> None:
+        """Ask every worker for a last delivery and wait for the busy ones (bounded); count
+        the ones that never answer as lost."""
+        if self.handle is None or self.finished:
+            return
+        import ray
+
+        if not ray.is_initialized():
+            self.finished = True
+            return
+        wait_until = min(deadline, time.monotonic() + WORKER_FLUSH_INTERVAL + 3.0)
+        try:
+            with calls.internal():
+                ref = self.handle.request_final.remote()
+            ray.get(ref,
+                    timeout=max(0.1, wait_until - time.monotonic()))
+        except Exception as exc:
+            self.rt.stats.warn_once("ray-final", f"cannot reach the Ray collector: {exc!r}")
+        self.feed(deadline)
+        while self.ledger.waiting() and time.monotonic() < wait_until:
+            time.sleep(0.1)
+            self.feed(deadline)
+        self.finished = True
+        self._count_lost(reason)
+
+    def forget(self, key: str) -> None:
+        """`key`'s worker delivered its last push (before `ray.kill`)."""
+        self.ledger.state(key).final = True
+
+    def _count_lost(self, reason: str) -> None:
+        interval = min(self.rt.settings.flush_interval, WORKER_FLUSH_INTERVAL)
+        for key in self.ledger.waiting():
+            state = self.ledger.workers[key]
+            line = (f"Ray worker {key} ({state.role} {self.ledger.index_for(key, state.role)}) "
+                    f"ended during a call without delivering its last records "
+                    f"(its current call and at most {interval:g} s before it; {reason})")
+            self.ledger.lost.append(line)
+            self.rt.notes.append(line)
+            # The run's ledger: what its last snapshot said it had recorded and never arrived
+            # (a lower bound: what it recorded after that snapshot cannot be counted).
+            with self.rt.snapshots_lock:
+                snap = self.rt.snapshots.get(f"ray:{key}")
+            recorded = int((snap or {}).get("recorded") or 0)
+            self.rt.stats.add_dropped("killed worker", max(0, recorded - state.records), None,
+                                      f"Ray worker {key}")
+            self.rt.stats.ledger.note(line)
+            self.rt.stats.warn_once(f"ray-lost-{key}", line)
+            state.final = True  # counted once

@@ -1,0 +1,152 @@
+"""What otel_rl patches in Ray: submission everywhere; init, shutdown and kill in a driver."""
+
+
+from __future__ import annotations
+
+import atexit
+import time
+from collections.abc import Callable
+from typing import Any
+
+from otel_rl._internal import log, runtime
+from otel_rl._internal.ray_support import _shim, calls
+
+_installed = False
+_driver: Any = None  # driver.Driver of this process's Ray session, if it is the run's driver
+#: Seconds `ray.kill` waits for the actor's last delivery before killing it.
+KILL_FLUSH_TIMEOUT = 2.0
+
+
+def current_driver() -> Any:
+    return _driver
+
+
+def install(in_worker: bool = False) -> None:
+    """Patch Ray (once): submission everywhere; init/shutdown/kill in a driver."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    try:
+        calls.patch_submit()
+    except Exception as exc:
+        log.warning("otel_rl: Ray calls will not carry context (%r)", exc)
+    if in_worker:
+        return
+    try:
+        _patch_driver()
+    except Exception as exc:
+        log.warning("otel_rl: Ray workers will not join the run (%r)", exc)
+
+
+def _patch_driver() -> None:
+    import ray
+    import ray._private.worker as ray_worker
+
+    for owner in (ray_worker, ray):  # `ray.kill` is not always `ray._private.worker.kill`
+        for name, make in (("init", _init), ("shutdown", _shutdown), ("kill", _kill)):
+            old = getattr(owner, name, None)
+            if old is None or getattr(old, "_otel_rl", False):
+                continue
+            new = make(old)
+            new.__name__, new.__doc__ = name, old.__doc__
+            new.__wrapped__ = old  # type: ignore[attr-defined]
+            new._otel_rl = True  # type: ignore[attr-defined]
+            setattr(owner, name, new)
+    # Runs before Ray's own exit handler (registered when ray was imported, before this).
+    atexit.register(_finish, "the program exited")
+
+
+def _init(original: Callable[..., Any]) -> Callable[..., Any]:
+    def init(*args: Any, **kwargs: Any) -> Any:
+        global _driver
+        import ray
+
+        rt = runtime.active()
+        address = kwargs.get("address", args[0] if args else None)
+        if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
+                or ray.is_initialized() or kwargs.get("local_mode")
+                or (isinstance(address, str) and address.startswith("ray://"))):
+            return original(*args, **kwargs)
+        from otel_rl._internal.ray_support.driver import Driver
+
+        driver = None
+        given = dict(kwargs)
+        try:
+            driver = Driver(rt)
+            kwargs["runtime_env"] = driver.runtime_env(kwargs.get("runtime_env"))
+        except Exception as exc:
+            rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+            driver = None
+        with runtime.no_context_for_programs():  # raylet's workers join by the job's hook
+            try:
+                result = original(*args, **kwargs)
+            except Exception as exc:
+                if driver is None or ray.is_initialized():
+                    raise
+                # Refused before connecting (a job's runtime_env that cannot take the hook,
+                # say): the program's own call must still work, without otel_rl's part.
+                rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+                driver = None
+                result = original(*args, **given)
+        if driver is not None:
+            try:
+                driver.start_collector()
+                _driver = driver
+                rt.feeds.append(driver.feed)
+                rt.finishers.append(lambda deadline: driver.finish(deadline, "the run ended"))
+            except Exception as exc:
+                rt.stats.warn_once("ray-collector", f"cannot start the Ray collector: {exc!r}")
+        return result
+
+    return init
+
+
+def _shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
+        _finish("ray.shutdown()")
+        return original(*args, **kwargs)
+
+    return shutdown
+
+
+def _kill(original: Callable[..., Any]) -> Callable[..., Any]:
+    def kill(actor: Any, *args: Any, **kwargs: Any) -> Any:
+        driver = _driver
+        if driver is not None and not driver.finished:
+            _flush_before_kill(driver, actor)
+        return original(actor, *args, **kwargs)
+
+    return kill
+
+
+def _finish(reason: str) -> None:
+    global _driver
+    driver = _driver
+    if driver is None:
+        return
+    _driver = None
+    rt = driver.rt
+    try:
+        driver.finish(time.monotonic() + rt.settings.shutdown_timeout, reason)
+    except Exception as exc:
+        rt.stats.warn_once("ray-finish", f"cannot collect Ray workers' last records: {exc!r}")
+    try:
+        rt.feeds.remove(driver.feed)
+    except ValueError:
+        pass
+
+
+def _flush_before_kill(driver: Any, actor: Any) -> None:
+    """Let the actor deliver what it holds before `ray.kill` ends it (bounded)."""
+    import ray
+
+    try:
+        with calls.internal():
+            ref = actor.__ray_call__.remote(_shim.flush_in_actor)
+        key = ray.get(ref, timeout=KILL_FLUSH_TIMEOUT)
+    except Exception:
+        return  # busy or gone: what it held is counted at the end if it was busy
+    driver.feed(time.monotonic() + KILL_FLUSH_TIMEOUT)
+    if key:
+        driver.forget(key)

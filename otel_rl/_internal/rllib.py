@@ -1,0 +1,215 @@
+"""RLlib with no code change: its own timers as otel_rl blocks, its actors as roles.
+
+RLlib (new API stack) times its work with ``MetricsLogger.log_time(key)``, a context manager
+returning the `StatsBase` that holds the key's numbers (``with metrics.log_time((TIMERS,
+TRAINING_ITERATION_TIMER)):``, or ``stats.__enter__()`` / ``stats.__exit__(...)`` by hand in the
+connector pipelines). Patched here:
+
+- ``MetricsLogger.log_time`` names the stats object it returns after the key (`block_name`:
+  the key's parts without ``"timers"``, joined by ``.``: ``training_iteration``,
+  ``env_runner_sampling_timer``, ``env_to_module_connector.connector_pipeline_timer``);
+- ``StatsBase.__enter__`` / ``__exit__`` of a named stats object open and close an otel_rl block
+  of that name around RLlib's own timing (ours outside, so RLlib's numbers do not include
+  otel_rl's cost); the object, RLlib's numbers and results dict are untouched otherwise;
+- an ``EnvRunner`` or ``Learner`` built in a worker process (a Ray actor) names that process's
+  role: ``EnvRunner`` with its ``worker_index``, ``Learner`` with its learner index, for the
+  cross-worker view. The driver's local EnvRunner and Learner leave the run's role alone.
+
+Nothing is imported or patched until RLlib's own modules are: `PATCHES` joins the modules
+`propagation` patches right after they are executed (installed by `otel_rl.configure`, under
+``otel-rl run``, and in every Ray worker process that joins the run). Every patch is fail-open: an error in otel_rl's part
+is counted and reported once, and RLlib's call runs as without otel_rl.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from otel_rl._internal import log
+
+__all__ = ["PATCHES", "block_name"]
+
+#: RLlib's key part that only groups timers in its results dict.
+_TIMERS = "timers"
+#: Attribute set on a stats object by the patched `log_time`: the block's name.
+_NAME = "_otel_rl_block"
+
+_open = threading.local()  # .blocks: this thread's open blocks (id of stats, timer), innermost last
+_failed: set[str] = set()
+
+
+def block_name(key: object) -> str:
+    """The block name of a `log_time` key.
+
+    >>> block_name(("timers", "env_runner_sampling_timer"))
+    'env_runner_sampling_timer'
+    >>> block_name(("env_to_module_connector", "timers", "connectors", "add_states"))
+    'env_to_module_connector.connectors.add_states'
+    >>> block_name((("learners", "default_policy"), "timers", "update"))
+    'learners.default_policy.update'
+    """
+    parts: list[object] = []
+    todo = [key]
+    while todo:  # RLlib flattens nested keys the same way (`tree.flatten`)
+        part = todo.pop()
+        if isinstance(part, (tuple, list)):
+            todo.extend(reversed(part))
+        else:
+            parts.append(part)
+    return ".".join(str(p) for p in parts if p != _TIMERS) or _TIMERS
+
+
+def _fail(where: str, exc: BaseException) -> None:
+    if where not in _failed:
+        _failed.add(where)
+        log.warning("otel_rl: RLlib %s: %r; RLlib runs on without it", where, exc)
+
+
+def _patched_log_time(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def log_time(self: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
+        stats = original(self, key, *args, **kwargs)
+        try:
+            if _NAME not in stats.__dict__:
+                stats.__dict__[_NAME] = block_name(key)
+        except Exception as exc:
+            _fail("timer name", exc)
+        return stats
+    return log_time
+
+
+def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
+    from otel_rl.timers import hierarchical_timer
+
+    local = _open
+
+    @functools.wraps(original)
+    def __enter__(self: Any) -> Any:
+        name = self.__dict__.get(_NAME)
+        if name is not None:
+            try:
+                timer = hierarchical_timer(name)
+                timer.__enter__()
+                try:
+                    local.blocks.append((id(self), timer))
+                except AttributeError:
+                    local.blocks = [(id(self), timer)]
+            except Exception as exc:
+                _fail("timer start", exc)
+        return original(self)
+    return __enter__
+
+
+#: Marks a block whose stats object was exited while a block opened inside it was still open.
+_ENDED = -1
+
+
+def _end(owner: int, blocks: list[tuple[int, Any]], exc_info: tuple[Any, Any, Any]) -> None:
+    if blocks[-1][0] != owner:
+        # Exited by hand before a block opened inside it (connector pipelines enter and exit
+        # stats objects themselves): it ends when that inner block ends, so blocks still nest.
+        for i in range(len(blocks) - 1, -1, -1):
+            if blocks[i][0] == owner:
+                blocks[i] = (_ENDED, blocks[i][1])
+                return
+        return
+    blocks.pop()[1].__exit__(*exc_info)
+    while blocks and blocks[-1][0] == _ENDED:
+        blocks.pop()[1].__exit__(*exc_info)
+
+
+def _patched_exit(original: Callable[..., Any]) -> Callable[..., Any]:
+    local = _open
+
+    @functools.wraps(original)
+    def __exit__(self: Any, exc_type: Any, exc_value: Any, tb: Any) -> Any:
+        try:
+            return original(self, exc_type, exc_value, tb)
+        finally:
+            blocks = getattr(local, "blocks", None)
+            if blocks:
+                try:
+                    _end(id(self), blocks, (exc_type, exc_value, tb))
+                except Exception as exc:
+                    _fail("timer end", exc)
+    return __exit__
+
+
+def _name_process(role: str, index: Any) -> None:
+    """Give this Ray worker process of the run the role of the RLlib component it runs."""
+    # Looked up, not imported: loaded in every Ray worker that joined the run (`ray_support`),
+    # and the import graph stays one-way (ray_support imports propagation, which imports us).
+    worker = sys.modules.get("otel_rl._internal.ray_support.worker")
+    if worker is not None:
+        worker.set_role(role, int(index or 0))
+
+
+def _patched_init(original: Callable[..., Any], role: str,
+                  index_of: Callable[[Any], Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            _name_process(role, index_of(self))
+        except Exception as exc:
+            _fail(f"{role} role", exc)
+    return __init__
+
+
+def _patch_stats(module: ModuleType) -> None:
+    cls = module.StatsBase
+    cls.__enter__ = _patched_enter(cls.__enter__)
+    cls.__exit__ = _patched_exit(cls.__exit__)
+
+
+def _patch_logger(module: ModuleType) -> None:
+    cls = module.MetricsLogger
+    cls.log_time = _patched_log_time(cls.log_time)
+
+
+def _patch_env_runner(module: ModuleType) -> None:
+    cls = module.EnvRunner
+    cls.__init__ = _patched_init(cls.__init__, "EnvRunner", lambda r: r.worker_index)
+
+
+def _patch_learner(module: ModuleType) -> None:
+    cls = module.Learner
+    cls.__init__ = _patched_init(cls.__init__, "Learner", lambda r: r._learner_index)
+    original = cls._set_learner_index_and_placement_group
+
+    @functools.wraps(original)
+    def set_index(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        try:
+            _name_process("Learner", self._learner_index)
+        except Exception as exc:
+            _fail("Learner role", exc)
+        return result
+
+    cls._set_learner_index_and_placement_group = set_index
+
+
+def _guarded(name: str, patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    def apply(module: ModuleType) -> None:
+        try:
+            patch(module)
+        except Exception as exc:  # another RLlib version: its timers stay RLlib's only
+            log.warning("otel_rl: cannot instrument %s (%r); RLlib runs without it", name, exc)
+    return apply
+
+
+#: RLlib module -> its patch, applied right after the module is first executed (by
+#: `propagation`'s patch-on-import finder, at once for a module already imported).
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    name: _guarded(name, patch) for name, patch in (
+        ("ray.rllib.utils.metrics.stats.base", _patch_stats),
+        ("ray.rllib.utils.metrics.metrics_logger", _patch_logger),
+        ("ray.rllib.env.env_runner", _patch_env_runner),
+        ("ray.rllib.core.learner.learner", _patch_learner),
+    )
+}

@@ -1,0 +1,280 @@
+"""Ray programs for tests/frameworks/test_ray.py, run with the Ray venv's Python.
+
+``python ray_workloads.py SCENARIO OUT [ADDRESS]``; each prints one JSON line of facts
+(``RESULT {...}``) the test checks against the run's timers.json and spans. Timed blocks use
+ML-Agents' API served by otel_rl (``otel_rl.timers``); nothing in a remote function or actor
+knows about otel_rl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import ray
+
+from otel_rl.timers import hierarchical_timer as timer
+
+RAY_INIT: dict[str, Any] = {"include_dashboard": False, "log_to_driver": os.environ.get("LOG_TO_DRIVER") == "1"}
+
+
+def result(**facts: Any) -> None:
+    print("RESULT " + json.dumps(facts), flush=True)
+
+
+@ray.remote
+def rollout(n: int) -> int:
+    for _ in range(n):
+        with timer("rollout_step"):
+            pass
+    return os.getpid()
+
+
+@ray.remote
+def fan_out(n: int) -> list[int]:
+    with timer("fan_out"):
+        return ray.get([rollout.remote(n) for _ in range(2)])  # nested: a task's tasks
+
+
+@ray.remote
+class Sim:
+    def __init__(self) -> None:
+        with timer("sim_init"):
+            pass
+
+    def step(self, n: int) -> int:
+        for _ in range(n):
+            with timer("env_step"):
+                pass
+        return os.getpid()
+
+
+@ray.remote
+class AsyncSim:
+    async def work(self, label: str) -> str:
+        with timer(f"async_{label}"):
+            pass
+        await asyncio.sleep(0.2)  # the other call runs meanwhile, on the same event loop
+        with timer("async_after"):
+            pass
+        return label
+
+
+@ray.remote(max_concurrency=2)
+class Threaded:
+    def work(self) -> int:
+        with timer("threaded_work"):
+            time.sleep(0.2)  # both calls in flight at once, on two threads
+        return threading.get_ident()
+
+
+@ray.remote
+def plain(x: int, *, y: int = 1) -> int:
+    return x + y  # runs where otel_rl cannot be imported
+
+
+def users_own_hook() -> None:
+    os.environ["USERS_OWN_HOOK"] = "ran"
+
+
+@ray.remote
+def hook_ran() -> str | None:
+    return os.environ.get("USERS_OWN_HOOK")
+
+
+def calls(out: str, address: str | None) -> None:
+    """Every kind of call, each from its own block; the issue's scenario (2 actors x 3 calls x
+    20 blocks, a task called 3 times) included. The program has a setup hook of its own."""
+    env = {"worker_process_setup_hook": users_own_hook}
+    if address:
+        ray.init(address=address, runtime_env=env, **RAY_INIT)
+    else:
+        ray.init(num_cpus=2, runtime_env=env, **RAY_INIT)
+    facts: dict[str, Any] = {}
+    with timer("iteration"):
+        with timer("make"):
+            sims = [Sim.remote() for _ in range(2)]
+            async_sim = AsyncSim.remote()
+            threaded = Threaded.remote()
+        for _ in range(3):
+            with timer("sample"):
+                ray.get([s.step.remote(20) for s in sims])
+            with timer("train"):
+                train_pids = ray.get([rollout.remote(3) for _ in range(2)])
+        with timer("evaluate"):  # the same task, another caller: same worker processes
+            eval_pids = ray.get([rollout.remote(5) for _ in range(2)])
+        with timer("nested"):
+            ray.get(fan_out.remote(4))
+        with timer("async"):
+            with timer("from_x"):
+                ref_x = async_sim.work.remote("x")
+            with timer("from_y"):
+                ref_y = async_sim.work.remote("y")
+            ray.get([ref_x, ref_y])
+        with timer("threads"):
+            def call(label: str, into: list[Any]) -> None:
+                with timer(label):
+                    into.append(ray.get(threaded.work.remote()))
+            idents: list[Any] = []
+            workers = [threading.Thread(target=call, args=(f"thread_{i}", idents))
+                       for i in range(2)]
+            for thread in workers:
+                thread.start()
+            for thread in workers:
+                thread.join()
+        with timer("submit"):
+            ref = sims[0].step.remote(7)
+        got: list[Any] = []
+
+        def wait_elsewhere() -> None:
+            with timer("wait_elsewhere"):
+                ready, _ = ray.wait([ref], timeout=60)
+                got.extend(ray.get(ready))
+        waiter = threading.Thread(target=wait_elsewhere)
+        waiter.start()
+        waiter.join()
+        if os.environ.get("SHADOW_OTEL_RL"):
+            with timer("fail_open"):
+                env = {"env_vars": {"PYTHONPATH": os.environ["SHADOW_OTEL_RL"]}}
+                facts["plain"] = ray.get(plain.options(runtime_env=env).remote(2, y=3))
+    facts["hook"] = ray.get(hook_ran.remote())
+    facts["reused"] = sorted(set(train_pids) & set(eval_pids))
+    facts["threads"] = len(set(idents))
+    facts["waited"] = len(got)
+    ray.shutdown()
+    result(**facts)
+
+
+@ray.remote
+class Doomed:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def work(self, n: int) -> int:
+        for _ in range(n):
+            with timer(f"{self.name}_step"):
+                pass
+        return os.getpid()
+
+    def fail(self) -> None:
+        with timer(f"{self.name}_step"):
+            raise ValueError("an actor method that raises")
+
+    def leave(self) -> None:
+        with timer(f"{self.name}_step"):
+            pass
+        ray.actor.exit_actor()
+
+    def hang(self, path: str) -> None:
+        with timer(f"{self.name}_step"):
+            pass
+        with open(path, "w") as f:  # the driver kills this process now
+            f.write(str(os.getpid()))
+        time.sleep(60)
+
+
+def losses(out: str, address: str | None) -> None:
+    """An actor killed with ray.kill, one that raises, one that exits, one whose process is
+    SIGKILLed in the middle of a call, then a clean ray.shutdown()."""
+    ray.init(num_cpus=2, **RAY_INIT)
+    kill_it = os.environ.get("KILL_WORKER") == "1"
+    with timer("run_actors"):
+        killed, raising, leaving, doomed = (Doomed.remote(n) for n in
+                                            ("killed", "raising", "leaving", "doomed"))
+        pids = ray.get([a.work.remote(5) for a in (killed, raising, leaving, doomed)])
+        if os.environ.get("KILL_IDLE") == "1":
+            time.sleep(2.0)  # 4x a worker's delivery interval, doing nothing
+            os.kill(pids[3], signal.SIGKILL)
+        ray.kill(killed)  # idle: otel_rl has it deliver first
+        try:
+            ray.get(raising.fail.remote())
+        except ray.exceptions.RayTaskError:
+            pass
+        try:
+            ray.get(leaving.leave.remote())
+        except ray.exceptions.RayActorError:
+            pass
+        if kill_it:
+            time.sleep(2.0)  # 4x a worker's delivery interval: `work` is delivered by then
+            marker = os.path.join(out, "hanging.pid")
+            doomed.hang.remote(marker)
+            while not os.path.exists(marker) or not open(marker).read():
+                time.sleep(0.05)
+            os.kill(int(open(marker).read()), signal.SIGKILL)
+            time.sleep(1)
+    ray.shutdown()
+    result(killed_worker=kill_it)
+
+
+@ray.remote
+class Far:
+    def step(self, n: int) -> dict[str, Any]:
+        for _ in range(n):
+            with timer("far_step"):
+                pass
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "time": time.time()}
+
+
+SKEW_SITECUSTOMIZE = """
+import time
+_time, _time_ns = time.time, time.time_ns
+time.time = lambda: _time() + 3600.0
+time.time_ns = lambda: _time_ns() + 3600 * 10**9
+"""
+
+
+def multinode(out: str, address: str | None) -> None:
+    """Two nodes (``ray.cluster_utils.Cluster``): actors pinned to the second one by a custom
+    resource. The second node's processes run on a clock one hour ahead (their Python's
+    ``time.time``), as a machine whose clock disagrees with the driver's."""
+    from ray.cluster_utils import Cluster
+
+    import otel_rl
+
+    otel_rl.configure()  # settings from the environment (endpoint, output, spans)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    skewed = os.path.join(out, "skewed-clock")
+    os.makedirs(skewed, exist_ok=True)
+    with open(os.path.join(skewed, "sitecustomize.py"), "w") as f:
+        f.write(SKEW_SITECUSTOMIZE)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = skewed  # inherited by the second node's raylet and workers only
+    try:
+        cluster.add_node(num_cpus=2, resources={"node2": 2})
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    ray.init(address=cluster.address, **RAY_INIT)
+    cluster.wait_for_nodes()
+    with timer("iteration"):
+        with timer("spawn"):
+            far = [Far.options(resources={"node2": 1}).remote() for _ in range(2)]
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here_node = ray.get_runtime_context().get_node_id()
+            near = Far.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                here_node, soft=False)).remote()
+        with timer("remote_sample"):
+            seen = ray.get([a.step.remote(10) for a in far])
+        with timer("local_sample"):
+            here = ray.get(near.step.remote(3))
+    driver_node = ray.get_runtime_context().get_node_id()
+    ray.shutdown()
+    cluster.shutdown()
+    result(driver_node=driver_node, far=seen, near=here, driver_time=time.time(),
+           run_id=os.environ.get("OTEL_RL_RUN_ID"))
+
+
+SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -1,0 +1,71 @@
+"""RLlib 2.60 PPO on CartPole (new API stack): 2 env runners, a Learner actor, a few
+iterations. Run in the Ray venv, plain or under ``otel-rl run``:
+
+    python rllib_train.py RESULTS_JSON [ITERATIONS]
+
+Prints RLlib's own ``pretty_print`` of each iteration's results dict (RLlib's printed output)
+and writes, per iteration, the results dict's key paths (nested dicts flattened to
+``a/b/c``), RLlib's own counters and each ``algo.train()``'s wall time to RESULTS_JSON
+(``iterations``), with the CPU seconds of the driver, env runners and learners (``cpu_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.tune.logger import pretty_print
+
+
+def key_paths(value: Any, prefix: str = "") -> list[str]:
+    if not isinstance(value, dict):
+        return [prefix]
+    paths = []
+    for key, child in value.items():
+        paths += key_paths(child, f"{prefix}/{key}" if prefix else str(key))
+    return paths
+
+
+def main() -> None:
+    out, iterations = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=2)
+        .learners(num_learners=1)
+        .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2)
+        .debugging(seed=1)
+    )
+    algo = config.build_algo()
+    results = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        result = algo.train()
+        seconds = time.perf_counter() - start
+        print(pretty_print(result), flush=True)
+        results.append({
+            "paths": sorted(key_paths(result)),
+            "timers": sorted(result["timers"]),
+            "iteration": result["training_iteration"],
+            "env_steps": result["env_runners"]["num_env_steps_sampled_lifetime"],
+            "seconds": seconds,  # of this algo.train() call (benchmarks/bench_rllib.py)
+        })
+    # CPU seconds of RLlib's processes so far, every thread (benchmarks/bench_rllib.py).
+    cpu = {"driver": time.process_time(),
+           "env_runners": algo.env_runner_group.foreach_env_runner(
+               lambda runner: time.process_time(), local_env_runner=False),
+           "learners": [r.get() for r in algo.learner_group.foreach_learner(
+               lambda learner: time.process_time())]}
+    algo.stop()
+    ray.shutdown()
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"iterations": results, "cpu_s": cpu}, f)
+
+
+if __name__ == "__main__":
+    main()

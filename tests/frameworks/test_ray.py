@@ -1,0 +1,280 @@
+"""Ray 2.60 for real (its own venv): calls carry context, nothing is lost, two nodes, Jaeger.
+
+Each test runs one short program of ``ray_workloads.py`` (2 CPUs) and checks the run's own
+outputs: the whole-run timers.json, the spans file and what ``otel-rl tree`` rebuilds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks.conftest import (
+    Venv,
+    assert_tree_from_spans_equals_timers_json,
+    counts,
+    load,
+    node_at,
+    span_lines,
+)
+
+WORKLOADS = Path(__file__).with_name("ray_workloads.py")
+
+
+@pytest.fixture(scope="module")
+def ray_venv(venvs: Any) -> Venv:
+    return venvs("ray")  # type: ignore[no-any-return]
+
+
+def _result(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:],
+                                            done.stderr[-4000:])
+    return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
+
+
+def _run(venv: Venv, tmp: Path, scenario: str, *extra: str, zero_code: bool = True,
+         **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp / "out"
+    out.mkdir(exist_ok=True)
+    if zero_code:
+        command = [venv.bin / "otel-rl", "run", "--spans", "all", "--output", out, "--",
+                   WORKLOADS, scenario, out, *extra]
+    else:
+        command = [venv.python, WORKLOADS, scenario, out, *extra]
+    return venv.run(*command, cwd=tmp, timeout=600, **env), out
+
+
+def _shadow(tmp: Path) -> Path:
+    """A folder that, first on PYTHONPATH, makes ``import otel_rl`` fail."""
+    shadow = tmp / "no-otel-rl"
+    (shadow / "otel_rl").mkdir(parents=True)
+    (shadow / "otel_rl" / "__init__.py").write_text(
+        'raise ImportError("otel_rl is not installed on this worker")\n')
+    return shadow
+
+
+#: What `ray_workloads.calls` must give: every worker block under the driver block that made
+#: the call, as a parallel branch, with exact counts.
+CALLS_TREE = {
+    ("iteration", "make", "sim_init"): (2, True),
+    ("iteration", "sample"): (3, False),
+    ("iteration", "sample", "env_step"): (120, True),
+    ("iteration", "train"): (3, False),
+    ("iteration", "train", "rollout_step"): (18, True),
+    ("iteration", "evaluate", "rollout_step"): (10, True),
+    ("iteration", "nested", "fan_out"): (1, True),
+    ("iteration", "nested", "fan_out", "rollout_step"): (8, True),
+    ("iteration", "async", "from_x", "async_x"): (1, True),
+    ("iteration", "async", "from_x", "async_after"): (1, True),
+    ("iteration", "async", "from_y", "async_y"): (1, True),
+    ("iteration", "async", "from_y", "async_after"): (1, True),
+    ("iteration", "threads", "thread_0", "threaded_work"): (1, True),
+    ("iteration", "threads", "thread_1", "threaded_work"): (1, True),
+    ("iteration", "submit", "env_step"): (7, True),
+}
+
+
+def _check_calls_tree(tree: dict[str, Any]) -> None:
+    found = counts(tree)
+    for path, expected in CALLS_TREE.items():
+        assert found.get(path) == expected, (path, found.get(path), expected)
+    # Nothing of the workers' landed anywhere else (under root, or under the wrong block).
+    worker_names = {"sim_init", "env_step", "rollout_step", "fan_out", "async_x", "async_y",
+                    "async_after", "threaded_work"}
+    stray = [p for p in found if p[-1] in worker_names and p not in CALLS_TREE]
+    assert stray == []
+    assert "complete" not in tree
+
+
+def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
+                                                               tmp_path: Path) -> None:
+    """Zero code: tasks (a worker process reused by two callers), nested tasks, sync actors,
+    an async actor with two interleaved calls, a threaded actor called from two threads, a
+    ray.wait/ray.get from another thread, and a task on a worker where otel_rl cannot be
+    imported (it still runs)."""
+    done, out = _run(ray_venv, tmp_path, "calls", SHADOW_OTEL_RL=str(_shadow(tmp_path)))
+    facts = _result(done)
+    assert facts["plain"] == 5  # fail open: the call ran, its keyword argument intact
+    assert facts["reused"], "no worker process ran tasks for both callers"
+    assert facts["threads"] == 2 and facts["waited"] == 1
+    assert facts["hook"] == "ran"  # the program's own worker_process_setup_hook still runs
+    tree = load(out / "timers.json")
+    _check_calls_tree(tree)
+    roles: dict[str, set[int]] = {}
+    for worker in tree["workers"]:
+        roles.setdefault(worker["role"], set()).add(worker["index"])
+    assert set(roles) == {"AsyncSim", "Sim", "Threaded", "ray_task"}
+    assert roles["Sim"] == {0, 1} and roles["AsyncSim"] == roles["Threaded"] == {0}
+    # However many processes Ray used for tasks, numbered 0, 1, ...
+    assert roles["ray_task"] == set(range(len(roles["ray_task"]))) and len(roles["ray_task"]) >= 1
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+    # The spans say the same: each worker block's parent is the calling block's span.
+    spans = list(span_lines(out / "spans.otlp.jsonl"))
+    assert sum(s["name"] == "env_step" for s in spans) == 127
+    assert {s["resource"].get("otel_rl.worker.role") for s in spans if s["name"] == "env_step"} \
+        == {"Sim"}
+    assert "Traceback" not in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) -> None:
+    """`ray start --head` first, in an environment with nothing of otel_rl; then the driver
+    under ``otel-rl run`` connects with ``ray.init(address=...)``: raylet never saw the
+    driver's environment, and the workers still join and carry context."""
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    temp = Path("/tmp") / f"ray-otel-{os.getpid()}-{port}"  # short: Unix socket paths
+    # --block: the command stays in front and takes the cluster down when it is stopped; in
+    # a session of its own, so that only what this test started is ended.
+    head = subprocess.Popen(
+        [str(ray_venv.bin / "ray"), "start", "--head", "--block", f"--port={port}",
+         "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp}",
+         "--disable-usage-stats"],
+        cwd=tmp_path, env=ray_venv.env(RAY_AUTH_MODE="disabled"), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(600):  # until the head answers (up to a minute)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None, "ray start --head exited"
+            time.sleep(0.1)
+        done, out = _run(ray_venv, tmp_path, "calls", address, RAY_AUTH_MODE="disabled")
+        assert _result(done)["hook"] == "ran"
+        _check_calls_tree(load(out / "timers.json"))
+    finally:
+        _stop_group(head)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """End `process` and everything in its session (what it started), SIGKILL after 30 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def test_ray_nothing_lost_kill_raise_exit_shutdown(ray_venv: Venv, tmp_path: Path) -> None:
+    """ray.kill of an idle actor, an actor method that raises, an actor that exits, then a
+    clean ray.shutdown(): every block arrives, and the tree is complete."""
+    done, out = _run(ray_venv, tmp_path, "losses")
+    _result(done)
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    for name, n in (("killed", 5), ("raising", 6), ("leaving", 6), ("doomed", 5)):
+        assert found[("run_actors", f"{name}_step")] == (n, True), name
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+
+
+def test_ray_killed_worker_is_counted_and_the_tree_is_partial(ray_venv: Venv,
+                                                              tmp_path: Path) -> None:
+    """A worker process SIGKILLed during a call: what it had delivered is kept, what it held
+    is counted lost with the reason, timers.json and the tree from spans say partial (exit 3
+    from ``otel-rl tree``)."""
+    done, out = _run(ray_venv, tmp_path, "losses", KILL_WORKER="1")
+    _result(done)
+    tree = load(out / "timers.json")
+    assert tree.get("complete") is False
+    assert any("ended during a call without delivering" in note for note in tree["notes"])
+    assert "ended during a call without delivering" in done.stderr
+    found = counts(tree)
+    for name, n in (("killed", 5), ("raising", 6), ("leaving", 6)):
+        assert found[("run_actors", f"{name}_step")] == (n, True), name
+    # Its earlier call, delivered before the kill, is kept.
+    assert found[("run_actors", "doomed_step")][0] >= 5
+    rebuilt = ray_venv.run(ray_venv.bin / "otel-rl", "tree", out / "spans.otlp.jsonl",
+                           "-o", tmp_path / "rebuilt.json", cwd=tmp_path)
+    assert rebuilt.returncode == 3, rebuilt.stderr
+    again = load(tmp_path / "rebuilt.json")
+    assert again["complete"] is False and counts(again) == found
+    assert node_at(again, "run_actors", "killed_step")["count"] == 5
+
+
+@pytest.mark.jaeger
+def test_ray_two_nodes_one_run_own_clocks_same_tree_from_jaeger(
+        ray_venv: Venv, tmp_path: Path, jaeger: Any, jaeger_service: str) -> None:
+    """A second node whose clock is an hour ahead: its actors' blocks arrive in the run (Ray
+    carries them, nothing shared but Ray), under the driver block that called them, with
+    timestamps from their own clock; the driver's timers.json holds them, and
+    ``otel-rl tree --jaeger URL --run-id ID`` gives back the same whole-run tree."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run_id = f"ray-two-nodes-{os.getpid()}"
+    done = ray_venv.run(ray_venv.python, WORKLOADS, "multinode", out, cwd=tmp_path,
+                        timeout=600, OTEL_RL_RUN_ID=run_id, OTEL_RL_OUTPUT_DIR=str(out),
+                        OTEL_RL_SPANS="all", OTEL_SERVICE_NAME=jaeger_service,
+                        OTEL_EXPORTER_OTLP_ENDPOINT=jaeger.otlp_http_endpoint)
+    facts = _result(done)
+    assert {f["node"] for f in facts["far"]} != {facts["driver_node"]}
+    assert all(f["node"] != facts["driver_node"] for f in facts["far"])
+    assert facts["near"]["node"] == facts["driver_node"]
+    # The second node's clock really is an hour ahead of the driver's.
+    assert 3500 < facts["far"][0]["time"] - facts["driver_time"] < 3700
+
+    tree = load(out / "timers.json")
+    found = counts(tree)
+    assert found[("iteration", "remote_sample", "far_step")] == (20, True)
+    assert found[("iteration", "local_sample", "far_step")] == (3, True)
+    assert "complete" not in tree
+
+    # Spans: each far_step's parent is the driver block that called it, and its start time
+    # is its own machine's clock (an hour after its parent's on the second node).
+    spans: dict[str, dict[str, Any]] = {}
+    for line in (out / "spans.otlp.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    spans[span["spanId"]] = span
+    skews = {}
+    for span in spans.values():
+        if span["name"] == "far_step":
+            parent = spans[span["parentSpanId"]]
+            offset = (int(span["startTimeUnixNano"]) - int(parent["startTimeUnixNano"])) / 1e9
+            skews.setdefault(parent["name"], []).append(offset)
+    assert len(skews["remote_sample"]) == 20 and len(skews["local_sample"]) == 3
+    assert all(3500 < s < 3700 for s in skews["remote_sample"]), skews
+    assert all(0 <= s < 60 for s in skews["local_sample"]), skews
+
+    from_jaeger = tmp_path / "from_jaeger.json"
+    rebuilt = ray_venv.run(ray_venv.bin / "otel-rl", "tree", "--jaeger", jaeger.query_url,
+                           "--run-id", run_id, "-o", from_jaeger, cwd=tmp_path, timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    again = load(from_jaeger)
+    assert counts(again) == found
+    assert sorted((w["role"], w["index"], w["path"]) for w in again["workers"]) == \
+        sorted((w["role"], w["index"], w["path"]) for w in tree["workers"])
+
+
+def test_ray_worker_killed_when_idle_longer_than_the_window_loses_nothing(
+        ray_venv: Venv, tmp_path: Path) -> None:
+    """The loss window: a worker SIGKILLed after 2 s of doing nothing (more than its 0.5 s
+    delivery interval) had delivered everything: the tree is complete and exact."""
+    done, out = _run(ray_venv, tmp_path, "losses", KILL_IDLE="1")
+    _result(done)
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    for name, n in (("killed", 5), ("raising", 6), ("leaving", 6), ("doomed", 5)):
+        assert found[("run_actors", f"{name}_step")] == (n, True), name
+    assert "without delivering" not in done.stderr

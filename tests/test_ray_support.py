@@ -1,0 +1,66 @@
+"""Ray support pieces that need no Ray (the real thing runs in tests/frameworks/test_ray.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from otel_rl._internal.ray_support import _shim, calls
+
+SHIM = Path(_shim.__file__)
+
+
+def test_the_shim_imports_nothing_of_otel_rl_so_ray_can_ship_it_by_value() -> None:
+    tree = ast.parse(SHIM.read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    assert not {name for name in imported if name.split(".")[0] == "otel_rl"}
+    assert imported <= {"__future__", "typing", "importlib", "ray._private.function_manager"}
+
+
+def test_the_shim_and_the_execute_side_agree_on_the_argument() -> None:
+    assert _shim.KEY == calls.KEY
+
+
+def test_a_call_carrier_parses_back_and_rejects_anything_else() -> None:
+    value = calls._SEP.join(["1", f"{2**127 + 5:x}", f"{2**63 + 1:x}", "1f", "7f00", "1",
+                             "iteration", "sample"]).encode()
+    assert calls.parse(value) == (2**127 + 5, 2**63 + 1, 0x1F, 0x7F00, True,
+                                  ("iteration", "sample"))
+    for bad in (b"", b"2\x1fa\x1fb\x1f1\x1f1\x1f1", b"1\x1fzz\x1f1\x1f1\x1f1\x1f1",
+                b"\xff\xfe", 42, None, "1"):
+        assert calls.parse(bad) is None
+
+
+def test_the_carrier_names_the_open_block_even_when_a_timer_object_is_entered_again() -> None:
+    from otel_rl.testing import capture_spans
+    from otel_rl.timers import hierarchical_timer
+
+    with capture_spans(propagate=True):
+        outside = calls.parse(calls.carrier_now())
+        again = hierarchical_timer("again")
+        seen = []
+        for _ in range(2):  # the same timer object, entered twice: two spans
+            with again:
+                seen.append(calls.parse(calls.carrier_now()))
+        with hierarchical_timer("other"):
+            with hierarchical_timer("inner"):
+                inner = calls.parse(calls.carrier_now())
+    assert outside is not None and outside[5] == ()
+    first, second = seen
+    assert first and second and inner
+    assert first[5] == second[5] == ("again",)
+    assert first[1] != second[1]
+    assert inner[5] == ("other", "inner")
+
+
+def test_no_carrier_while_otel_rl_does_not_propagate() -> None:
+    from otel_rl.testing import capture_spans
+
+    assert calls.carrier_now() is None
+    with capture_spans(propagate=False):
+        assert calls.carrier_now() is None
