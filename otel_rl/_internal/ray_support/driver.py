@@ -36,8 +36,8 @@ WORKER_FLUSH_INTERVAL = 0.5
 
 
 class _WorkerState:
-    __slots__ = ("answered", "busy", "final", "index", "pid", "records", "refused", "role",
-                 "seq")
+    __slots__ = ("answered", "busy", "final", "index", "pid", "recorded", "records", "refused",
+                 "role", "seq")
 
     def __init__(self) -> None:
         self.seq = 0
@@ -45,6 +45,8 @@ class _WorkerState:
         self.answered = False
         self.final = False
         self.records = 0
+        #: What the worker's latest snapshot says it recorded (its buffer included).
+        self.recorded = 0
         self.refused = 0
         self.role = "worker"
         self.index = 0
@@ -77,9 +79,13 @@ class Ledger:
         return index
 
     def waiting(self) -> list[str]:
-        """Workers a last delivery is still awaited from (busy at their last push)."""
+        """Workers a last delivery is still awaited from: busy at their last push, or holding
+        records their latest snapshot counts and no push has carried yet (a call that ended
+        between a worker's drain and its snapshot: the tree has its blocks, the records come
+        with the next push)."""
         return [key for key, s in self.workers.items()
-                if s.busy and not (s.answered or s.final)]
+                if not s.final and ((s.busy and not s.answered)
+                                    or s.recorded > s.records + s.refused)]
 
 
 class Driver:
@@ -198,6 +204,7 @@ class Driver:
 
                     snapshot = json.loads(body)
                     state.role = str(snapshot.get("role") or "worker")
+                    state.recorded = max(state.recorded, int(snapshot.get("recorded") or 0))
                     if not meta.get("index_given") and snapshot.get("contributions"):
                         snapshot["index"] = ledger.index_for(key, state.role)
                     with rt.snapshots_lock:
