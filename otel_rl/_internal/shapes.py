@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
+    from typing import NotRequired  # 3.11+; annotations here are strings, so 3.10 never needs it
+
     from otel_rl._internal.node import TreeNode
 
 Scalar = str | bool | int | float
