@@ -14,7 +14,9 @@
 # ~/.cache/otel-rl/venvs/ under the interpreter's version and a hash of the test dependencies
 # (pyproject.toml's dependencies and `test`/`otlp` extras, plus the oracle pins below); otel_rl
 # itself is not installed there: the tests import this checkout (PYTHONPATH) and load its
-# pytest plugin with `-p otel_rl.testing`, as an installed otel_rl registers it.
+# pytest plugin with `-p otel_rl.testing`, as an installed otel_rl registers it. `-p no:otel_rl`
+# first: the editable install of the main run leaves otel_rl.egg-info in the checkout, whose
+# entry point (found through PYTHONPATH) would register the same module a second time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -96,7 +98,8 @@ for v in $PYTHONS; do
     fi
     echo "== pytest on Python $version (without the framework trainings; $venv)"
     PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" run_logged "python-$version" \
-        "$venv/bin/python" -m pytest tests -p otel_rl.testing "$@" -m "not frameworks"
+        "$venv/bin/python" -m pytest tests -p no:otel_rl -p otel_rl.testing "$@" \
+        -m "not frameworks"
 done
 
 version="$("$MAIN" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
