@@ -28,6 +28,9 @@ class FakeStream:
         self.device_index = device_index
         self.busy_until = 0.0
         self.stalled = False
+        #: The device time of every event recorded on this stream, in order (the truth a test
+        #: can sum: a block's GPU time includes any idle gap before its kernel, as in CUDA).
+        self.recorded_at: list[float] = []
 
 
 class FakeEvent:
@@ -50,6 +53,7 @@ class FakeEvent:
                 raise RuntimeError("event device does not match the recording stream's device")
             clock = cuda.clocks[stream.device_index]
             self.at = math.inf if stream.stalled else max(stream.busy_until, clock)
+            stream.recorded_at.append(self.at)
             self.records += 1
             cuda.recorded += 1
 
