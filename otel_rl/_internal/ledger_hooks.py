@@ -94,27 +94,6 @@ def output_dir(rt: Runtime, path: str | None) -> str | None:
     except OSError:
         pass  # the sinks and timers.json report an unwritable folder themselves
     return path
-    mark = os.path.join(path, RUN_MARK)
-    try:
-        with open(mark, encoding="utf-8") as f:
-            other = f.read().strip()
-    except FileNotFoundError:
-        other = "" if not os.path.exists(os.path.join(path, "timers.json")) else "?"
-    except OSError:
-        return path  # unreadable: the writes will say what is wrong
-    if other and other != rt.run_id:
-        moved = os.path.join(path, rt.run_id)
-        log.warning("otel_rl: %s already holds run %s; this run (%s) writes to %s", path,
-                    other if other != "?" else "(unknown)", rt.run_id, moved)
-        path = moved
-        mark = os.path.join(path, RUN_MARK)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with open(mark, "w", encoding="utf-8") as f:
-            f.write(rt.run_id + "\n")
-    except OSError:
-        pass  # the sinks and timers.json report an unwritable folder themselves
-    return path
 
 
 # -- workers ---------------------------------------------------------------------------------
