@@ -23,7 +23,7 @@ from otel_rl._internal import metrics as m
 from otel_rl._internal import metrics_export as mx
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Stats
-from tests.fixtures.jaeger import JaegerServer, spans_of
+from tests.fixtures.jaeger import JaegerServer
 from tests.fixtures.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -313,10 +313,7 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
     slowest = max(exemplars, key=lambda e: float(e["value"]))
     assert float(slowest["value"]) >= 0.3
     trace_id, span_id = slowest["labels"]["trace_id"], slowest["labels"]["span_id"]
-    trace = jaeger.get_trace(trace_id)
-    assert trace is not None, f"exemplar trace {trace_id} not in Jaeger"
-    spans = {s["spanId"]: s for s in spans_of(trace)}
-    assert span_id in spans and spans[span_id]["name"] == "update"
+    assert jaeger.wait_for_span(trace_id, span_id)["name"] == "update"
     # A window's trace, with the window's re-mapped ids: not the run trace.
     assert int(trace_id, 16) != aggregates.run_trace_id(jaeger_service)
     # Every query of the provisioned Grafana dashboard runs, and shows this run.
@@ -436,8 +433,7 @@ def test_exponential_histograms_are_native_histograms_in_prometheus(
                                   started - 5, time.time() + 1)
     slowest = max((e for g in groups for e in g["exemplars"]), key=lambda e: float(e["value"]))
     assert float(slowest["value"]) >= 0.3
-    trace = jaeger.get_trace(slowest["labels"]["trace_id"])
-    assert slowest["labels"]["span_id"] in {s["spanId"] for s in spans_of(trace)}
+    jaeger.wait_for_span(slowest["labels"]["trace_id"], slowest["labels"]["span_id"])
     from tests.test_metrics_stack import dashboard_queries
 
     for title, expr in dashboard_queries(jaeger_service).items():

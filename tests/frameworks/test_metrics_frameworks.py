@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.jaeger import JaegerServer, spans_of
+from tests.fixtures.jaeger import JaegerServer
 from tests.fixtures.prometheus import PrometheusServer
 from tests.frameworks.conftest import Venv, load, walk
 
@@ -81,9 +81,8 @@ def _check_run(prometheus: PrometheusServer, jaeger: JaegerServer, run_id: str, 
     assert exemplars
     resolved = 0
     for exemplar in exemplars[:5]:
-        trace = jaeger.get_trace(exemplar["labels"]["trace_id"])
-        ids = {s["spanId"]: s["name"] for s in spans_of(trace)}
-        resolved += ids.get(exemplar["labels"]["span_id"]) == busiest
+        span = jaeger.wait_for_span(exemplar["labels"]["trace_id"], exemplar["labels"]["span_id"])
+        resolved += span["name"] == busiest
     assert resolved == min(5, len(exemplars))
 
 
