@@ -79,6 +79,11 @@ def plain(x: int, *, y: int = 1) -> int:
     return x + y  # runs where otel_rl cannot be imported
 
 
+@ray.remote
+def task_name() -> str | None:
+    return ray.get_runtime_context().get_task_name()
+
+
 def users_own_hook() -> None:
     os.environ["USERS_OWN_HOOK"] = "ran"
 
@@ -144,6 +149,8 @@ def calls(out: str, address: str | None) -> None:
                 env = {"env_vars": {"PYTHONPATH": os.environ["SHADOW_OTEL_RL"]}}
                 facts["plain"] = ray.get(plain.options(runtime_env=env).remote(2, y=3))
     facts["hook"] = ray.get(hook_ran.remote())
+    with timer("names"):  # the carrier rides in the task's name: the program sees its own
+        facts["names"] = ray.get([task_name.remote(), task_name.options(name="mine").remote()])
     facts["reused"] = sorted(set(train_pids) & set(eval_pids))
     facts["threads"] = len(set(idents))
     facts["waited"] = len(got)

@@ -107,6 +107,7 @@ def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
     assert facts["reused"], "no worker process ran tasks for both callers"
     assert facts["threads"] == 2 and facts["waited"] == 1
     assert facts["hook"] == "ran"  # the program's own worker_process_setup_hook still runs
+    assert facts["names"] == ["task_name", "mine"]  # Ray's task names, without the carrier
     tree = load(out / "timers.json")
     _check_calls_tree(tree)
     roles: dict[str, set[int]] = {}
