@@ -19,7 +19,8 @@ def test_the_shim_imports_nothing_of_otel_rl_so_ray_can_ship_it_by_value() -> No
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
     assert not {name for name in imported if name.split(".")[0] == "otel_rl"}
-    assert imported <= {"__future__", "typing", "importlib", "ray._private.function_manager"}
+    assert imported <= {"__future__", "typing", "importlib", "ray._private.function_manager",
+                        "ray._private.runtime_env.setup_hook"}
 
 
 def test_the_shim_and_the_execute_side_agree_on_the_argument() -> None:

@@ -281,7 +281,34 @@ def multinode(out: str, address: str | None) -> None:
            run_id=os.environ.get("OTEL_RL_RUN_ID"))
 
 
-SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode}
+def late(out: str, address: str | None) -> None:
+    """``otel_rl.configure()`` after ``ray.init()`` (which has a setup hook of its own): an
+    actor made before configure stays outside the run; what is made after joins it."""
+    ray.init(num_cpus=2, runtime_env={"worker_process_setup_hook": users_own_hook}, **RAY_INIT)
+    early = Sim.remote()
+    ray.get(early.step.remote(1))
+    import otel_rl
+
+    otel_rl.configure(spans="all", output_dir=out)
+    with timer("iteration"):
+        with timer("make"):
+            sims = [Sim.remote() for _ in range(2)]
+        with timer("sample"):
+            ray.get([s.step.remote(20) for s in sims])
+        with timer("train"):
+            ray.get([rollout.remote(3) for _ in range(2)])
+        with timer("nested"):
+            ray.get(fan_out.remote(4))
+        with timer("early"):
+            early_pid = ray.get(early.step.remote(5))  # runs, outside the run
+    facts = {"hook": ray.get(hook_ran.remote()), "early": early_pid > 0,
+             "names": ray.get([task_name.remote()])}
+    ray.shutdown()
+    otel_rl.shutdown()
+    result(**facts)
+
+
+SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -126,6 +126,27 @@ def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
     assert "Traceback" not in done.stderr
 
 
+def test_ray_configure_after_ray_init_joins_the_workers_made_after_it(
+        ray_venv: Venv, tmp_path: Path) -> None:
+    """``ray.init()`` first, ``otel_rl.configure()`` after (no ``otel-rl run``): the job's
+    runtime_env can no longer take the run's setup hook; tasks and actors made from then on
+    still join the run under their caller's block. An actor made before stays outside (its
+    calls run; their blocks are not the run's). The program's own setup hook still runs."""
+    done, out = _run(ray_venv, tmp_path, "late", zero_code=False)
+    facts = _result(done)
+    assert facts == {"hook": "ran", "early": True, "names": ["task_name"]}
+    tree = load(out / "timers.json")
+    found = counts(tree)
+    assert found.get(("iteration", "make", "sim_init")) == (2, True)
+    assert found.get(("iteration", "sample", "env_step")) == (40, True)
+    assert found.get(("iteration", "train", "rollout_step")) == (6, True)
+    assert found.get(("iteration", "nested", "fan_out", "rollout_step")) == (8, True)
+    assert ("iteration", "early", "env_step") not in found
+    assert {w["role"] for w in tree["workers"]} == {"Sim", "ray_task"}
+    assert "complete" not in tree
+    assert "Traceback" not in done.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

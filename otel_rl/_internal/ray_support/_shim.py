@@ -40,11 +40,13 @@ def setup_hook(joining: dict[str, str], user_hook: Any = None) -> None:
     if not joined:
         strip_only()
     if user_hook is not None:
-        if isinstance(user_hook, str):
-            import importlib
+        if isinstance(user_hook, str):  # "module.function", or the key Ray exported it by
+            from ray._private.runtime_env.setup_hook import load_and_execute_setup_hook
 
-            module_name, _, name = user_hook.rpartition(".")
-            user_hook = getattr(importlib.import_module(module_name), name)
+            error = load_and_execute_setup_hook(user_hook)
+            if error is not None:
+                raise RuntimeError(error)
+            return
         user_hook()
 
 

@@ -118,15 +118,6 @@ def _carrier_for_call() -> str | None:
         return None
 
 
-def _with_carrier(kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
-    value = _carrier_for_call()
-    if value is None:
-        return kwargs
-    kwargs = {} if kwargs is None else dict(kwargs)
-    kwargs[KEY] = value.encode("utf-8")
-    return kwargs
-
-
 def _patched_flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> Any:
     handed = kwargs.pop(KEY, None) if kwargs and KEY in kwargs else None
     if handed is not None and not args and not kwargs and not signature_parameters:
@@ -160,6 +151,29 @@ def _named(name: Any, value: str, target: Any, default: Callable[[Any], str]) ->
         return name
 
 
+#: Set in a driver whose Ray session started before otel_rl (`Driver.late_runtime_env`):
+#: the runtime_env every task and actor created from it gets (unless it has its own), so
+#: that the worker processes running them join the run. The task form is serialized once.
+late_env: dict[str, Any] | None = None
+_late_task_env: str | None = None
+#: Whether the workers this process's actor creations reach can take the keyword argument
+#: off (they joined the run, or run the shim): set in a driver with a `Driver` and in a
+#: joined worker. Without it, the argument would reach the actor's ``__init__``.
+joined = False
+
+
+def set_late_env(env: dict[str, Any] | None) -> None:
+    global late_env, _late_task_env
+    if env is None:
+        late_env = _late_task_env = None
+        return
+    from ray._private.utils import get_runtime_env_info, parse_runtime_env_for_task_or_actor
+
+    parsed = parse_runtime_env_for_task_or_actor(env)
+    _late_task_env = get_runtime_env_info(parsed, is_job_runtime_env=False, serialize=True)
+    late_env = parsed
+
+
 def _submit_wrapper(name: str) -> Callable[..., Any]:
     original = _original[name]
     default = _task_name if name == "task" else _method_name
@@ -167,8 +181,14 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     if name == "actor":
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
-            if not _cross_language(self) and not _client_mode():
-                kwargs = _with_carrier(kwargs)
+            value = _carrier_for_call() if joined else None
+            if value is not None and not _cross_language(self) and not _client_mode():
+                if late_env is not None:
+                    if options.get("runtime_env"):  # its own: its worker may not join
+                        return original(self, args, kwargs, *rest, **options)
+                    options["runtime_env"] = late_env
+                kwargs = {} if kwargs is None else dict(kwargs)
+                kwargs[KEY] = value.encode("utf-8")
             return original(self, args, kwargs, *rest, **options)
     else:
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
@@ -179,6 +199,9 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
                     rest = (_named(rest[0], value, self, default), *rest[1:])
                 else:
                     options["name"] = _named(options.get("name"), value, self, default)
+                if (_late_task_env is not None and name == "task" and not rest
+                        and not options.get("serialized_runtime_env_info")):
+                    options["serialized_runtime_env_info"] = _late_task_env
             return original(self, args, kwargs, *rest, **options)
 
     _remote.__name__ = original.__name__

@@ -130,6 +130,26 @@ class Driver:
                                                                  user_hook)
         return env
 
+    def late_runtime_env(self) -> dict[str, Any]:
+        """For a Ray session that was started before otel_rl (``configure()`` after
+        ``ray.init``): the job's runtime_env can no longer change, so each task and actor
+        created from now on is given one that runs the run's setup hook (Ray merges its
+        ``env_vars`` into the job's; the job's own setup hook, if any, still runs after ours).
+        Ray starts such calls in worker processes of their own, which join the run."""
+        import ray
+        import ray._private.worker as ray_worker
+        import ray.cloudpickle
+        from ray._private import ray_constants
+        from ray._private.runtime_env.setup_hook import export_setup_func_callable
+
+        variable = ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
+        job_env = ray.get_runtime_context().runtime_env or {}
+        user_hook = (job_env.get("env_vars") or {}).get(variable)
+        ray.cloudpickle.register_pickle_by_value(_shim)
+        hook = _shim.make_setup_hook(self.joining_carrier(), user_hook)
+        exported = export_setup_func_callable({}, hook, ray_worker.global_worker)
+        return {"env_vars": {variable: exported["env_vars"][variable]}}
+
     def start_collector(self) -> None:
         import ray
 

@@ -55,6 +55,33 @@ def _patch_driver() -> None:
             setattr(owner, name, new)
     # Runs before Ray's own exit handler (registered when ray was imported, before this).
     atexit.register(_finish, "the program exited")
+    if ray.is_initialized():
+        _join_running()
+
+
+def _join_running() -> None:
+    """otel_rl configured after ``ray.init``: the tasks and actors created from now on run
+    in worker processes that join the run (`Driver.late_runtime_env`); those started before
+    stay outside it."""
+    global _driver
+    rt = runtime.active()
+    if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
+            or _driver is not None or calls._client_mode()):
+        return
+    from otel_rl._internal.ray_support.driver import Driver
+
+    try:
+        driver = Driver(rt)
+        calls.set_late_env(driver.late_runtime_env())
+        driver.start_collector()
+    except Exception as exc:
+        calls.set_late_env(None)
+        rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+        return
+    _driver = driver
+    calls.joined = True
+    rt.feeds.append(driver.feed)
+    rt.finishers.append(lambda deadline: driver.finish(deadline, "the run ended"))
 
 
 def _init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -93,6 +120,7 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 driver.start_collector()
                 _driver = driver
+                calls.joined = True
                 rt.feeds.append(driver.feed)
                 rt.finishers.append(lambda deadline: driver.finish(deadline, "the run ended"))
             except Exception as exc:
@@ -126,6 +154,8 @@ def _finish(reason: str) -> None:
     if driver is None:
         return
     _driver = None
+    calls.joined = False
+    calls.set_late_env(None)
     rt = driver.rt
     try:
         driver.finish(time.monotonic() + rt.settings.shutdown_timeout, reason)

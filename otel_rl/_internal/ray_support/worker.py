@@ -54,6 +54,7 @@ def join(joining: dict[str, str]) -> bool:
         rt.resource[semconv.WORKER_ROLE] = TASK_ROLE
     calls.patch_submit()
     calls.patch_execute()
+    calls.joined = True
     calls.on_actor = _on_actor
     calls.on_init_failed = lambda: flush_now(final=False)
     _patch_exit_actor()
