@@ -13,7 +13,9 @@ connector pipelines). Patched here:
   otel_rl's cost); the object, RLlib's numbers and results dict are untouched otherwise;
 - an ``EnvRunner`` or ``Learner`` built in a worker process (a Ray actor) names that process's
   role: ``EnvRunner`` with its ``worker_index``, ``Learner`` with its learner index, for the
-  cross-worker view. The driver's local EnvRunner and Learner leave the run's role alone.
+  cross-worker view. The driver's local EnvRunner and Learner leave the run's role alone;
+  a local Learner's (``num_learners=0``, RLlib's default) ``update`` runs in a block named
+  ``Learner``, so the driver's tree keeps learning apart from sampling.
 
 Nothing is imported or patched until RLlib's own modules are: `PATCHES` joins the modules
 `propagation` patches right after they are executed (installed by `otel_rl.configure`, under
@@ -177,9 +179,58 @@ def _patch_env_runner(module: ModuleType) -> None:
     cls.__init__ = _patched_init(cls.__init__, "EnvRunner", lambda r: r.worker_index)
 
 
+#: The block a Learner's update runs in when the Learner is the driver's own
+#: (``num_learners=0``, RLlib's default): named after the role a Learner actor has.
+LOCAL_LEARNER_BLOCK = "Learner"
+
+
+def _in_ray_worker() -> bool:
+    worker = sys.modules.get("otel_rl._internal.ray_support.worker")
+    rt = sys.modules.get("otel_rl._internal.runtime")
+    active = rt.active() if rt is not None else None  # type: ignore[attr-defined]
+    return bool(worker is not None and active is not None and active.is_worker)
+
+
+def _patched_update(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A local Learner's (``num_learners=0``) update runs in a ``Learner`` block: in the driver's
+    tree, learning stays apart from sampling as it is with Learner actors."""
+    from otel_rl.timers import hierarchical_timer
+
+    @functools.wraps(original)
+    def update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.__dict__.get("_otel_rl_local"):
+            return original(self, *args, **kwargs)
+        try:
+            block = hierarchical_timer(LOCAL_LEARNER_BLOCK)
+            block.__enter__()
+        except Exception as exc:
+            _fail("Learner block", exc)
+            return original(self, *args, **kwargs)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            try:
+                block.__exit__(None, None, None)
+            except Exception as exc:
+                _fail("Learner block", exc)
+    return update
+
+
 def _patch_learner(module: ModuleType) -> None:
     cls = module.Learner
-    cls.__init__ = _patched_init(cls.__init__, "Learner", lambda r: r._learner_index)
+    init = _patched_init(cls.__init__, "Learner", lambda r: r._learner_index)
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        try:
+            if not _in_ray_worker():
+                self.__dict__["_otel_rl_local"] = True
+        except Exception as exc:
+            _fail("Learner role", exc)
+
+    cls.__init__ = __init__
+    cls.update = _patched_update(cls.update)
     original = cls._set_learner_index_and_placement_group
 
     @functools.wraps(original)

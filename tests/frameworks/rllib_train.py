@@ -1,7 +1,9 @@
 """RLlib 2.60 PPO on CartPole (new API stack): 2 env runners, a Learner actor, a few
 iterations. Run in the Ray venv, plain or under ``otel-rl run``:
 
-    python rllib_train.py RESULTS_JSON [ITERATIONS]
+    python rllib_train.py RESULTS_JSON [ITERATIONS [NUM_LEARNERS]]
+
+(``NUM_LEARNERS`` 1 by default: a Learner actor; 0 is RLlib's default, the driver's own.)
 
 Prints RLlib's own ``pretty_print`` of each iteration's results dict (RLlib's printed output)
 and writes, per iteration, the results dict's key paths (nested dicts flattened to
@@ -37,7 +39,7 @@ def main() -> None:
         PPOConfig()
         .environment("CartPole-v1")
         .env_runners(num_env_runners=2)
-        .learners(num_learners=1)
+        .learners(num_learners=int(sys.argv[3]) if len(sys.argv) > 3 else 1)
         .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2)
         .debugging(seed=1)
     )

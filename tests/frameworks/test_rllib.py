@@ -234,3 +234,27 @@ def test_metrics_logger_blocks_nest_and_rllib_sees_its_own_objects(venvs: Any,
     assert node_at(tree, "by_hand_a", "by_hand_b")["count"] == 1
     assert node_at(tree, "by_hand_a")["count"] == 1
     assert node_at(tree, "after")["count"] == 1 and node_at(tree, "raises")["count"] == 1
+
+
+def test_a_local_learner_num_learners_0_runs_in_a_learner_block(venvs: Any,
+                                                                 tmp_path: Path) -> None:
+    """RLlib's default ``num_learners=0``: the Learner is the driver's own, not an actor (no
+    ``Learner`` role); its updates are a ``Learner`` block under ``learner_update_timer``, its
+    learner connector's blocks inside it, apart from the env runners' sampling."""
+    venv = venvs("ray")
+    shutil.copy(HERE / "rllib_train.py", tmp_path / "rllib_train.py")
+    out = tmp_path / "out"
+    done = venv.run(venv.bin / "otel-rl", "run", "--output", out, "--", "python",
+                    "rllib_train.py", tmp_path / "local.json", str(ITERATIONS), "0",
+                    cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tree = load(out / "timers.json")
+    update = node_at(tree, "training_iteration", "training_step", "learner_update_timer")
+    learner = node_at(update, "Learner")
+    assert learner["count"] == ITERATIONS and not learner.get("is_parallel")
+    inner = node_at(learner, "__all_modules__.learner_connector.connector_pipeline_timer")
+    assert inner["count"] == ITERATIONS
+    assert [path for path, _ in walk(tree) if path[-1] == "Learner"] == [
+        ("training_iteration", "training_step", "learner_update_timer", "Learner")]
+    assert node_at(tree, *SAMPLING, "sample")["is_parallel"]
+    assert "Learner" not in {w["role"] for w in tree.get("workers", [])}
