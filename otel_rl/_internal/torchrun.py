@@ -14,6 +14,15 @@ and index its node rank, with no relay (it exports on its own, on its own clock)
 run span, whose id is derived from the run id too. `otel-rl tree --run-id` then finds every
 node's aggregate in the run trace.
 
+Without ``--node-rank`` (c10d rendezvous), torchrun gives each node its rank only at the
+rendezvous, after ``otel-rl run`` started the agent: then `launch_environment` marks the
+agent's environment (`AUTO_NODE`) and every node's agent starts as the run's main process.
+The first rank the agent starts tells it its node's rank (``GROUP_RANK`` in the rank's
+environment, `on_rank_started`): node 0 stays the run's main process; any other node's agent
+becomes a ``node`` worker of the run with that index (`_become_node`: as if it had been started
+as one; nothing about the run had been exported by then but the agent's own start-up), and
+``otel-rl run`` writes no report for it.
+
 No torch import: the command line and environment are read as torchrun reads them
 (``--opt value``, ``--opt=value``, ``PET_<OPT>`` variables).
 """
@@ -23,8 +32,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
 
-__all__ = ["child_role", "is_torchrun", "launch_environment", "options", "training_program"]
+__all__ = ["AUTO_NODE", "child_role", "is_torchrun", "launch_environment", "on_rank_started",
+           "options", "training_program"]
+
+#: Set in a multi-node torchrun agent's environment when its node rank is left to the
+#: rendezvous (no ``--node-rank``): the agent learns it from the first rank it starts.
+AUTO_NODE = "OTEL_RL_TORCHRUN_AUTO_NODE"
 
 #: What a rank's environment holds (set by torch.distributed.elastic for each worker).
 _RANK_VARS = ("RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
@@ -142,6 +157,9 @@ def launch_environment(argv: Sequence[str], env: MutableMapping[str, str]) -> in
         return None
     if not env.get("OTEL_RL_RUN_ID", "").strip():
         env["OTEL_RL_RUN_ID"] = "torchrun-" + (_UNSAFE.sub("_", rdzv_id)[:100] or "job")
+    if "node_rank" not in opts:  # left to the rendezvous: the agent finds out (see above)
+        env[AUTO_NODE] = "1"
+        return None
     try:
         node_rank = int(opts.get("node_rank", "0"))
     except ValueError:
@@ -156,3 +174,55 @@ def launch_environment(argv: Sequence[str], env: MutableMapping[str, str]) -> in
     data = {"path": [], "run_id": run_id, "role": "node", "index": node_rank, "run": run}
     carrier.to_env(carrier.make(trace_id, span_id, True, data), env)
     return node_rank
+
+
+_decided = False
+
+
+def on_rank_started(child_env: Mapping[str, str], environ: Mapping[str, str] | None = None,
+                    ) -> None:
+    """torchrun's agent starts a rank with `child_env`: where the node rank was left to the
+    rendezvous (`AUTO_NODE`), the first rank says which node this is (``GROUP_RANK``); on
+    any node but 0 the agent stops being the run's main process and joins as ``node``."""
+    global _decided
+    environ = os.environ if environ is None else environ
+    if _decided or environ.get(AUTO_NODE) != "1":
+        return
+    _decided = True
+    try:
+        group_rank = int(child_env.get("GROUP_RANK", "0"))
+    except ValueError:
+        return
+    if group_rank > 0:
+        from otel_rl._internal import runtime
+
+        rt = runtime.active()
+        if rt is not None and not rt.is_worker:
+            _become_node(rt, group_rank)
+
+
+def _become_node(rt: Any, index: int) -> None:
+    """Make the main process `rt` a ``node`` worker of its run, as `launch_environment`'s
+    carrier would have made it: the run span and the whole-run tree are node 0's."""
+    from otel_rl._internal import carrier, semconv
+
+    trace_id, span_id = rt.root_run
+    data = {"path": [], "run_id": rt.run_id, "role": "node", "index": index,
+            "run": [f"{trace_id:032x}", f"{span_id:016x}"]}
+    rt.ctx = carrier.parse(carrier.make(trace_id, span_id, True, data))
+    rt.is_worker = True
+    rt.role, rt.index = "node", index
+    rt.resource[semconv.WORKER_ROLE] = "node"
+    rt.resource[semconv.WORKER_INDEX] = index
+    if rt.windower is not None:  # a worker's windows: no re-parenting of other processes
+        rt.windower = rt._windower()
+
+
+def joined_as_node(folder: str | None) -> bool:
+    """After the agent ended (``otel-rl run``, `AUTO_NODE`): whether it had joined as a node
+    (it wrote its own timers.<pid>.json, not the run's timers.json)."""
+    if folder is None or not os.path.isdir(folder):
+        return False
+    names = os.listdir(folder)
+    return "timers.json" not in names and any(
+        n.startswith("timers.") and n.endswith(".json") for n in names)

@@ -80,8 +80,12 @@ def _tree_from_jaeger(venv: Venv, url: str, run_id: str, cwd: Path) -> dict[str,
 
 
 @pytest.mark.jaeger
+@pytest.mark.parametrize("node_rank", ["given", "from_the_rendezvous"])
 def test_two_torchrun_nodes_are_one_run_in_jaeger(torch_venv: Venv, jaeger: Any,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, node_rank: str) -> None:
+    """Two nodes, with ``--node-rank`` each, or without (c10d gives the node ranks at the
+    rendezvous: the agent of the node that gets rank 1 joins node 0's run when it starts its
+    ranks)."""
     root = _workdir(tmp_path)
     job = f"job-{uuid.uuid4().hex[:8]}"
     port = free_port()
@@ -90,7 +94,9 @@ def test_two_torchrun_nodes_are_one_run_in_jaeger(torch_venv: Venv, jaeger: Any,
         # Nothing shared between the nodes but torchrun's arguments: own output folder each.
         command = [str(torch_venv.bin / "otel-rl"), "run", "--spans", "all",
                    "--output", str(root / f"node{node}"), "--",
-                   "torchrun", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
+                   "torchrun", "--nnodes", "2",
+                   *(["--node-rank", str(node)] if node_rank == "given" else []),
+                   "--nproc-per-node", "2",
                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
                    "--rdzv-id", job, "torchrun_train.py", str(STEPS)]
         env = torch_venv.env(OTEL_RL_ENDPOINT=jaeger.otlp_http_endpoint)
@@ -103,8 +109,14 @@ def test_two_torchrun_nodes_are_one_run_in_jaeger(torch_venv: Venv, jaeger: Any,
     assert sum(stdout.count(" of 4 ") for stdout, _ in outputs) == 4
     run_id = f"torchrun-{job}"
     # Node 0 is the run; node 1 joined it (its own files are a worker's, and no report).
-    assert load(root / "node0" / "timers.json")["metadata"]["otel_rl_run_id"] == run_id
-    node1_files = sorted(p.name for p in (root / "node1").iterdir())
+    # Without --node-rank, either invocation may get node rank 0.
+    first, second = root / "node0", root / "node1"
+    if node_rank != "given" and not (first / "timers.json").exists():
+        first, second = second, first
+    assert sorted(p.name for p in first.iterdir() if p.name in ("timers.json", "report.html")) \
+        == ["report.html", "timers.json"]
+    assert load(first / "timers.json")["metadata"]["otel_rl_run_id"] == run_id
+    node1_files = sorted(p.name for p in second.iterdir())
     assert not any(name in node1_files for name in ("timers.json", "report.html"))
     assert any(name.startswith("timers.") for name in node1_files), node1_files
     tree = _tree_from_jaeger(torch_venv, jaeger.query_url, run_id, root)

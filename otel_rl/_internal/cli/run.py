@@ -240,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
         returncode = proc.wait()
     finally:
         forwarder.restore()
+    if joining_node is None and env.get(torchrun.AUTO_NODE) and torchrun.joined_as_node(folder):
+        joining_node = -1  # its node rank came from the rendezvous: not node 0
     if folder is not None and joining_node is None:  # node 0 writes the run's report
         try:
             written = write_report(folder)
