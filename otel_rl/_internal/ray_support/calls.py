@@ -359,7 +359,10 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         handed = kwargs.pop(KEY, None)
         if handed is None:
-            handed = _carrier_in_task_name()
+            try:
+                handed = _carrier_in_task_name()
+            except Exception:  # another Ray: the call runs as without otel_rl
+                handed = None
         rt = runtime.active()
         base = (_base_of(rt, handed) if rt is not None and isinstance(handed, (bytes, str))
                 else None)
