@@ -35,11 +35,37 @@ def test_options_stop_at_the_training_script_and_fall_back_to_pet_variables() ->
 
 def test_node_zero_owns_a_run_named_after_the_rendezvous_id() -> None:
     env: dict[str, str] = {}
-    assert torchrun.launch_environment(["torchrun", *TWO_NODES], env) is None
+    assert torchrun.launch_environment(["torchrun", "--node-rank", "0", *TWO_NODES], env) is None
     assert env == {"OTEL_RL_RUN_ID": "torchrun-job_7_a"}
     given = {"OTEL_RL_RUN_ID": "mine"}
-    torchrun.launch_environment(["torchrun", *TWO_NODES], given)
+    torchrun.launch_environment(["torchrun", "--node-rank", "0", *TWO_NODES], given)
     assert given == {"OTEL_RL_RUN_ID": "mine"}
+
+
+def test_without_a_node_rank_the_agent_learns_it_from_its_first_rank() -> None:
+    """No ``--node-rank`` (c10d ranks the nodes at the rendezvous): the agent starts as the
+    run's main process, marked; the first rank's ``GROUP_RANK`` decides, once."""
+    env: dict[str, str] = {}
+    assert torchrun.launch_environment(["torchrun", *TWO_NODES], env) is None
+    assert env == {"OTEL_RL_RUN_ID": "torchrun-job_7_a", torchrun.AUTO_NODE: "1"}
+    from otel_rl._internal import runtime
+    from otel_rl.testing import capture_spans
+
+    rank = {"RANK": "2", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "j", "GROUP_RANK": "1"}
+    with capture_spans(run_id="torchrun-job_7_a"):
+        rt = runtime.active()
+        assert rt is not None and not rt.is_worker
+        torchrun._decided = False
+        try:
+            torchrun.on_rank_started(rank, {})  # not marked: nothing changes
+            assert not rt.is_worker
+            torchrun.on_rank_started(rank, env)
+            assert rt.is_worker and (rt.role, rt.index) == ("node", 1)
+            assert rt.ctx is not None and rt.ctx.span_id == rt.run_span_id == rt.root_run[1]
+            torchrun.on_rank_started(dict(rank, GROUP_RANK="0"), env)  # decided once
+            assert (rt.role, rt.index) == ("node", 1)
+        finally:
+            torchrun._decided = False
 
 
 def test_another_node_joins_the_run_under_its_derived_run_span() -> None:
