@@ -8,7 +8,8 @@ are interleaved: every round runs each once, in a shuffled order.
 1. Submission latency, inside a timed block on the driver: ``N`` calls of a no-op task
    (``f.remote()``), of a no-op task with one argument (``g.remote(1)``) and of a no-op
    actor method (``a.m.remote()``), timed around the
-   submissions only (the results are fetched outside the timing). ``off``: Ray's own methods
+   submissions only (the results are fetched outside the timing), in wall time and in this
+   process's CPU time (steadier on a shared machine). ``off``: Ray's own methods
    (otel_rl's submit patches taken out); ``on``: patched, each call carrying the caller's
    context. Reported: µs per call (median of rounds) and the ratio on/off.
 2. Per-block cost in a worker: 20,000 empty 1-deep ``with timer("step")`` blocks, CPU time
@@ -67,15 +68,17 @@ def _forked(queue: Any) -> None:
     queue.put(_blocks())
 
 
-def _submit(calls: int, target: Any, with_arg: bool) -> float:
-    start = time.perf_counter()
+def _submit(calls: int, target: Any, with_arg: bool) -> tuple[float, float]:
+    """Wall and CPU (this process, every thread: Ray's own submit threads included) seconds
+    per submission."""
+    start, cpu = time.perf_counter(), time.process_time()
     if with_arg:
         refs = [target.remote(1) for _ in range(calls)]
     else:
         refs = [target.remote() for _ in range(calls)]
-    elapsed = time.perf_counter() - start
+    elapsed, used = time.perf_counter() - start, time.process_time() - cpu
     ray.get(refs)
-    return elapsed / calls
+    return elapsed / calls, used / calls
 
 
 def main() -> int:
@@ -104,7 +107,8 @@ def main() -> int:
     ray.get(actor.noop.remote())
     results: dict[str, list[float]] = {k: [] for k in (
         "task off", "task on", "arg off", "arg on", "actor off", "actor on", "block ray",
-        "block fork")}
+        "block fork", "task off cpu", "task on cpu", "arg off cpu", "arg on cpu",
+        "actor off cpu", "actor on cpu")}
     context = multiprocessing.get_context("fork")
     with timer("bench"):
         for _ in range(2):  # warm-up: worker processes started, functions exported
@@ -124,8 +128,9 @@ def main() -> int:
                 target = {"task": noop, "arg": one, "actor": actor.noop}[step]
                 for on in random.sample([False, True], 2):
                     use(on)
-                    results[f"{step} {'on' if on else 'off'}"].append(
-                        _submit(calls, target, step == "arg"))
+                    wall, cpu = _submit(calls, target, step == "arg")
+                    results[f"{step} {'on' if on else 'off'}"].append(wall)
+                    results[f"{step} {'on' if on else 'off'} cpu"].append(cpu)
                 use(True)
     ray.shutdown()
     otel_rl.shutdown()
@@ -137,6 +142,9 @@ def main() -> int:
     for name, off, on in (("`f.remote()` task submission", "task off", "task on"),
                           ("`g.remote(1)` task submission", "arg off", "arg on"),
                           ("`a.m.remote()` actor call submission", "actor off", "actor on"),
+                          ("`f.remote()` submission, CPU", "task off cpu", "task on cpu"),
+                          ("`g.remote(1)` submission, CPU", "arg off cpu", "arg on cpu"),
+                          ("`a.m.remote()` submission, CPU", "actor off cpu", "actor on cpu"),
                           ("CPU per timed block, worker", "block fork", "block ray")):
         lines.append(f"| {name} | {med[off]:.1f} | {med[on]:.1f} | {med[on] / med[off]:.3f}x "
                      f"| {med[on] - med[off]:+.1f} |")
