@@ -110,8 +110,14 @@ class internal:
 
 
 def _carrier_for_call() -> str | None:
-    if getattr(_made, "internal", 0) or threading.current_thread().name.startswith("otel_rl-"):
-        return None  # otel_rl's own calls (its threads deliver and collect)
+    made = _made.__dict__  # this thread's
+    if made.get("internal"):
+        return None  # otel_rl's own calls (`internal`)
+    own = made.get("own")
+    if own is None:  # looked up once per thread (a thread's name is looked up slowly)
+        own = made["own"] = threading.current_thread().name.startswith("otel_rl-")
+    if own:
+        return None  # otel_rl's own threads deliver and collect
     try:
         return carrier_text()
     except Exception:
