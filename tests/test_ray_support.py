@@ -20,11 +20,13 @@ def test_the_shim_imports_nothing_of_otel_rl_so_ray_can_ship_it_by_value() -> No
             imported.add(node.module or "")
     assert not {name for name in imported if name.split(".")[0] == "otel_rl"}
     assert imported <= {"__future__", "typing", "importlib", "ray._private.function_manager",
-                        "ray._private.runtime_env.setup_hook"}
+                        "ray._private.runtime_env.setup_hook", "ray._private.worker", "sys",
+                        "ray._private.ray_constants", "ray._raylet"}
 
 
 def test_the_shim_and_the_execute_side_agree_on_the_argument() -> None:
     assert _shim.KEY == calls.KEY
+    assert _shim.MARK == calls.MARK
 
 
 def test_a_call_carrier_parses_back_and_rejects_anything_else() -> None:

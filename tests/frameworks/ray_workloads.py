@@ -148,6 +148,7 @@ def calls(out: str, address: str | None) -> None:
             with timer("fail_open"):
                 env = {"env_vars": {"PYTHONPATH": os.environ["SHADOW_OTEL_RL"]}}
                 facts["plain"] = ray.get(plain.options(runtime_env=env).remote(2, y=3))
+                facts["plain_name"] = ray.get(task_name.options(runtime_env=env).remote())
     facts["hook"] = ray.get(hook_ran.remote())
     with timer("names"):  # the carrier rides in the task's name: the program sees its own
         facts["names"] = ray.get([task_name.remote(), task_name.options(name="mine").remote()])

@@ -104,6 +104,7 @@ def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
     done, out = _run(ray_venv, tmp_path, "calls", SHADOW_OTEL_RL=str(_shadow(tmp_path)))
     facts = _result(done)
     assert facts["plain"] == 5  # fail open: the call ran, its keyword argument intact
+    assert facts["plain_name"] == "task_name"  # and its task name is the program's
     assert facts["reused"], "no worker process ran tasks for both callers"
     assert facts["threads"] == 2 and facts["waited"] == 1
     assert facts["hook"] == "ran"  # the program's own worker_process_setup_hook still runs

@@ -18,6 +18,8 @@ from typing import Any
 
 #: The keyword argument a call's context travels in (removed before the function runs).
 KEY = "__otel_rl_ctx__"
+#: What separates the program's task name from the context in a call's task name.
+MARK = "\x1fotel_rl\x1f"
 
 
 def make_setup_hook(joining: dict[str, str], user_hook: Any = None) -> Any:
@@ -63,6 +65,10 @@ def strip_only() -> None:
     def strip(executor: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
             kwargs.pop(KEY, None)
+            try:
+                plain_task_name()
+            except Exception:
+                pass
             return executor(*args, **kwargs)
 
         run.__dict__.update(getattr(executor, "__dict__", {}))
@@ -78,6 +84,35 @@ def strip_only() -> None:
 
     get_execution_info._otel_rl = True  # type: ignore[attr-defined]
     cls.get_execution_info = get_execution_info
+    import ray._private.worker as ray_worker
+
+    def current_task_name(self: Any) -> str:
+        return str(self.core_worker.get_current_task_name()).partition(MARK)[0]
+
+    ray_worker.Worker.current_task_name = property(current_task_name)  # type: ignore[assignment]
+
+
+def plain_task_name() -> None:
+    """The running call's task name carries the caller's context (``<name><MARK><context>``):
+    give Ray's log prefix (a task's) and the process title the program's name back."""
+    import ray._private.worker as ray_worker
+
+    worker = ray_worker.global_worker
+    name = str(worker.core_worker.get_current_task_name())
+    if MARK not in name:
+        return
+    plain = name.partition(MARK)[0]
+    if worker.actor_id.is_nil():  # a task: Ray names its log lines' prefix after it
+        import sys
+
+        from ray._private.ray_constants import LOG_PREFIX_TASK_NAME
+
+        token = f"{LOG_PREFIX_TASK_NAME}{plain}\n"
+        print(token, end="")
+        print(token, file=sys.stderr, end="")
+    import ray._raylet
+
+    ray._raylet.setproctitle(f"ray::{plain}")
 
 
 def flush_in_actor(actor: Any) -> Any:
