@@ -57,12 +57,12 @@ def test_without_a_node_rank_the_agent_learns_it_from_its_first_rank() -> None:
         assert rt is not None and not rt.is_worker
         torchrun._decided = False
         try:
-            torchrun.on_rank_started(rank, {})  # not marked: nothing changes
+            torchrun.on_rank_started(rt, rank, {})  # not marked: nothing changes
             assert not rt.is_worker
-            torchrun.on_rank_started(rank, env)
+            torchrun.on_rank_started(rt, rank, env)
             assert rt.is_worker and (rt.role, rt.index) == ("node", 1)
             assert rt.ctx is not None and rt.ctx.span_id == rt.run_span_id == rt.root_run[1]
-            torchrun.on_rank_started(dict(rank, GROUP_RANK="0"), env)  # decided once
+            torchrun.on_rank_started(rt, dict(rank, GROUP_RANK="0"), env)  # decided once
             assert (rt.role, rt.index) == ("node", 1)
         finally:
             torchrun._decided = False

@@ -255,7 +255,7 @@ def inject_env(env: Mapping[str, str] | Mapping[bytes, bytes] | None = None
     result = dict(cast("Mapping[str, str]", base))
     role, index = torchrun.child_role(result) or ("subprocess", None)
     if role == "rank":
-        torchrun.on_rank_started(result)
+        torchrun.on_rank_started(runtime.active(), result)
     handed_down = make_carrier(for_process=True, role=role, index=index)
     if handed_down:
         carrier.to_env(handed_down, result)

@@ -179,11 +179,12 @@ def launch_environment(argv: Sequence[str], env: MutableMapping[str, str]) -> in
 _decided = False
 
 
-def on_rank_started(child_env: Mapping[str, str], environ: Mapping[str, str] | None = None,
-                    ) -> None:
-    """torchrun's agent starts a rank with `child_env`: where the node rank was left to the
-    rendezvous (`AUTO_NODE`), the first rank says which node this is (``GROUP_RANK``); on
-    any node but 0 the agent stops being the run's main process and joins as ``node``."""
+def on_rank_started(rt: Any, child_env: Mapping[str, str],
+                    environ: Mapping[str, str] | None = None) -> None:
+    """torchrun's agent, whose runtime is `rt`, starts a rank with `child_env`: where the node
+    rank was left to the rendezvous (`AUTO_NODE`), the first rank says which node this is
+    (``GROUP_RANK``); on any node but 0 the agent stops being the run's main process and joins
+    as ``node``."""
     global _decided
     environ = os.environ if environ is None else environ
     if _decided or environ.get(AUTO_NODE) != "1":
@@ -193,12 +194,8 @@ def on_rank_started(child_env: Mapping[str, str], environ: Mapping[str, str] | N
         group_rank = int(child_env.get("GROUP_RANK", "0"))
     except ValueError:
         return
-    if group_rank > 0:
-        from otel_rl._internal import runtime
-
-        rt = runtime.active()
-        if rt is not None and not rt.is_worker:
-            _become_node(rt, group_rank)
+    if group_rank > 0 and rt is not None and not rt.is_worker:
+        _become_node(rt, group_rank)
 
 
 def _become_node(rt: Any, index: int) -> None:
