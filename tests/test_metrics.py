@@ -99,13 +99,13 @@ def test_histograms_count_blocks_per_name_and_role_in_seconds_buckets() -> None:
     assert hist.unit == "s" and hist.histogram.aggregation_temporality == 2  # cumulative
     points = {tuple(sorted((kv.key, kv.value.string_value) for kv in p.attributes)): p
               for p in hist.histogram.data_points}
-    update = points[(("block", "update"), ("role", "main"))]
+    update = points[(("block", "update"), ("path", "update"), ("role", "main"))]
     assert update.count == 2 and update.sum == pytest.approx(0.3015)
     assert list(update.explicit_bounds) == list(m.BOUNDS)
     bucket = {b: c for b, c in zip([*m.BOUNDS, float("inf")], update.bucket_counts, strict=True)}
     assert bucket[0.0025] == 1 and bucket[0.5] == 1 and sum(update.bucket_counts) == 2
-    assert points[(("block", "update"), ("role", "pool"))].count == 1  # not the continuation
-    assert (("block", "otel_rl.aggregate"), ("role", "pool")) not in points
+    assert points[(("block", "update"), ("path", "update"), ("role", "pool"))].count == 1
+    assert all(("block", "otel_rl.aggregate") not in key for key in points)  # not a block
     (exemplar,) = update.exemplars  # the slowest exported run
     assert exemplar.as_double == pytest.approx(0.3)
     assert int.from_bytes(exemplar.span_id, "big") == 2
