@@ -277,6 +277,13 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
     assert by[("main_loop", "main")] == 1
     assert sum(v for (block, role), v in by.items() if block == "rollout" and role != "main") \
         == 4 * STEPS
+    # Each block under its path in its thread's tree: a pool worker's rollout is top-level
+    # in its process (its parent, main_loop, is in another one).
+    paths = prometheus.query(
+        f"sum by (path, block, role) (otel_rl_block_duration_seconds_count{{{run}}})")
+    by_path = {(r["metric"]["path"], r["metric"]["role"]): float(r["value"][1]) for r in paths}
+    assert by_path == {("main_loop", "main"): 1, ("main_loop/update", "main"): STEPS,
+                       ("rollout", "worker"): 4 * STEPS}, by_path
     # Each worker process's own cumulative counts: both pool workers ran rollouts.
     runs = prometheus.query(f'otel_rl_block_runs_total{{{run},block="rollout"}}')
     assert len(runs) == 2 and sum(float(r["value"][1]) for r in runs) == 4 * STEPS
@@ -324,6 +331,33 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
         native = "otel_rl_block_duration_seconds{" in expr  # for metrics_histogram=exponential
         if title != "FPS (env steps / s) / B" and not native:  # no FPS scalar in this program
             assert result, f"dashboard panel {title!r} is empty: {expr}"
+
+
+@pytest.mark.prometheus
+@pytest.mark.jaeger
+def test_spans_off_still_counts_every_block_per_path_from_the_trees(
+        prometheus: PrometheusServer, jaeger: JaegerServer, jaeger_service: str,
+        tmp_path: Path) -> None:
+    _run_workload(prometheus, jaeger, jaeger_service, tmp_path, OTEL_RL_SPANS="off")
+    run = f'otel_rl_run_id="{jaeger_service}"'
+    runs = prometheus.wait_for(f"sum by (path, block, role) (otel_rl_block_runs_total{{{run}}})")
+    by = {(r["metric"]["path"], r["metric"]["block"], r["metric"]["role"]): float(r["value"][1])
+          for r in runs}
+    assert by == {("main_loop", "main_loop", "main"): 1,
+                  ("main_loop/update", "update", "main"): STEPS,
+                  ("rollout", "rollout", "worker"): 4 * STEPS}, by
+    (seconds,) = prometheus.query(
+        f'sum(otel_rl_block_seconds_total{{{run},path="main_loop/update"}})')
+    assert 0.3 + STEPS * 0.001 <= float(seconds["value"][1]) < 5  # the slow one included
+    # No record holds a run's duration: no histogram (said in the docs), gauges still go.
+    assert not prometheus.query(f"otel_rl_block_duration_seconds_count{{{run}}}")
+    (gauge,) = prometheus.query(f'otel_rl_gauge{{{run},name="reward"}}')
+    assert float(gauge["value"][1]) == STEPS - 1
+    from tests.test_metrics_stack import dashboard_queries
+
+    for title, expr in dashboard_queries(jaeger_service).items():
+        if "otel_rl_block_runs_total" in expr or "otel_rl_block_seconds_total" in expr:
+            assert prometheus.query(expr), f"dashboard panel {title!r} is empty: {expr}"
 
 
 # --- wiring into a run --------------------------------------------------------------------------

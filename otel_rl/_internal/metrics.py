@@ -208,7 +208,7 @@ class Metrics:
         self.dropped = dropped
         self.hists: dict[tuple[int, str, int], _Hist] = {}
         self._exemplar_ns: dict[tuple[int, str], int] = {}
-        self.paths = PathTable(on_overflow=self._overflow)
+        self.paths = PathTable(metrics_paths.MAX_PATHS, self._overflow)
         self.resolver = PathResolver(self.paths, open_blocks, roots)
         self._pending: list[tuple[Batch, int]] = []
         # spans=off: (role, worker index, tree) of every stack, for per-path counters.
