@@ -157,3 +157,38 @@ def test_spans_off_counts_runs_and_seconds_per_path_from_the_trees() -> None:
                for k, p in _points(metrics, "otel_rl.block.seconds").items()}
     assert seconds == {"main_loop": 3.0, "main_loop/update": 2.0, "rollout": 1.5}
     assert _points(metrics) == {}  # no duration histogram: no record holds a run's duration
+
+
+def _tree(*paths: str) -> TimerNode:
+    root = TimerNode("root")
+    for path in paths:
+        node = root
+        for name in path.split("/"):
+            node = node.get_child(name)
+    return root
+
+
+def test_this_processes_names_with_one_path_in_its_trees_take_it_without_parent_lookups() -> None:
+    import os
+
+    here = {"process.pid": os.getpid()}
+    trees = [_tree("main_loop/update/forward", "main_loop/evaluate/forward", "init")]
+    metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict, scalars=list,
+                        local=lambda: trees)
+    # "update" has one path in the trees: its parent (open, unknown here) is not looked up.
+    metrics.observe([Batch(here, 0, [_rec(1, 77, "update"), _rec(2, 78, "init")])],
+                    exemplars=True)
+    assert _counts(metrics) == {("main_loop/update", "update", "main"): 1,
+                                ("init", "init", "main"): 1}
+    # "forward" has two: each run is placed by its parent.
+    metrics.observe([Batch(here, 0, [_rec(3, 4, "forward"), _rec(4, 8, "update"),
+                                     _rec(5, 7, "forward"), _rec(7, 8, "evaluate"),
+                                     _rec(6, 8, "update"), _rec(8, 0, "main_loop")])],
+                    exemplars=True)
+    counts = _counts(metrics)
+    assert counts[("main_loop/update/forward", "forward", "main")] == 1
+    assert counts[("main_loop/evaluate/forward", "forward", "main")] == 1
+    assert counts[("main_loop/update", "update", "main")] == 3
+    # Another process's batch is never placed by this process's trees.
+    metrics.observe([Batch(WORKER, 0, [_rec(9, 0, "update")])], exemplars=True)
+    assert _counts(metrics)[("update", "update", "rollout")] == 1

@@ -26,6 +26,7 @@ aggregate trees (exact: every run is in its tree node), and there is no duration
 from __future__ import annotations
 
 import operator
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -123,7 +124,7 @@ def _offer(hist: _Hist, record: Any, offset: int) -> None:
         hist.exemplar = Exemplar(seconds, record[4] + offset, record[6], record[0])
 
 
-_NAME, _START, _END, _EXTRA = (operator.itemgetter(i) for i in (2, 3, 4, 7))
+_START, _END, _EXTRA = (operator.itemgetter(i) for i in (3, 4, 7))
 #: Records waiting for their parent (`metrics_paths`) past this many count as top-level now.
 _MAX_PENDING = 100_000
 _BOUNDS_NS: Any = None
@@ -187,7 +188,8 @@ class Metrics:
                  dropped: Callable[[], int] | None = None, exponential: bool = False,
                  open_blocks: Callable[[], Iterable[Any]] | None = None,
                  roots: Callable[[], Iterable[int]] | None = None,
-                 trees: Callable[[], Iterable[tuple[str, int, Any]]] | None = None) -> None:
+                 trees: Callable[[], Iterable[tuple[str, int, Any]]] | None = None,
+                 local: Callable[[], Iterable[Any]] | None = None) -> None:
         self.exponential = exponential
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so
         # two runs of one service never collide and one run's processes share one instance.
@@ -213,6 +215,9 @@ class Metrics:
         self._pending: list[tuple[Batch, int]] = []
         # spans=off: (role, worker index, tree) of every stack, for per-path counters.
         self.trees = trees
+        # This process's stacks' trees: its records of names with one path there need no
+        # parent lookups (`metrics_paths.unique_paths`).
+        self.local = local
         self._lock = threading.Lock()
         self.exports = 0
         self.last_bytes = 0
@@ -235,13 +240,25 @@ class Metrics:
         hurry = final or sum(len(b.records) for b, _ in waiting) > _MAX_PENDING
         # New batches first: a waiting record's parent may be among them.
         work = [(batch, 0) for batch in batches] + waiting
+        by_name: dict[str, int] | None = None
+        local, pid = self.local, os.getpid()
+        if local is not None and not any(b.resource.get(semconv.PROCESS_PID) == pid
+                                         for b, _ in waiting):
+            by_name = {}  # made when a batch of this process comes
         for batch, rounds in work:
-            if batch.records:
-                self._observe(np, batch, exemplars,
-                              rounds, hurry or rounds >= metrics_paths.ROUNDS)
+            if not batch.records:
+                continue
+            mine = None
+            if (by_name is not None and local is not None and not rounds
+                    and batch.resource.get(semconv.PROCESS_PID) == pid):
+                if not by_name:
+                    by_name = metrics_paths.unique_paths(local(), self.paths)
+                mine = by_name
+            self._observe(np, batch, exemplars, rounds,
+                          hurry or rounds >= metrics_paths.ROUNDS, mine)
 
     def _observe(self, np: Any, batch: Batch, exemplars: bool, rounds: int,
-                 last_chance: bool) -> None:
+                 last_chance: bool, by_name: dict[str, int] | None) -> None:
         bounds = _bounds_ns()
         width = len(BOUNDS) + 1
         records = batch.records
@@ -251,9 +268,9 @@ class Metrics:
         # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
         # is 20x slower on large batches).
         n = len(records)
-        name_col = list(map(_NAME, records))
+        extras = any(map(_EXTRA, records))
         path_codes = self.resolver.resolve(np, pid if isinstance(pid, int) else 0, records,
-                                           name_col, last_chance)
+                                           last_chance, extras, batch.thread_names, by_name)
         durations = (np.fromiter(map(_END, records), np.int64, n)
                      - np.fromiter(map(_START, records), np.int64, n))
         keep = path_codes >= 0
@@ -262,7 +279,7 @@ class Metrics:
             self._pending.append((Batch(batch.resource, batch.offset_ns,
                                         [records[i] for i in late], batch.thread_names),
                                   rounds + 1))
-        if any(map(_EXTRA, records)):
+        if extras:
             skip = [i for i, r in enumerate(records) if r[7] is not None and not _is_block(r[7])]
             keep[skip] = False
         if keep.all():
@@ -272,13 +289,13 @@ class Metrics:
             path_codes, durations = path_codes[keep], durations[keep]
         if not len(path_codes):
             return
-        # Dense per-batch codes for the bincounts.
-        present, codes = np.unique(path_codes, return_inverse=True)
-        codes = codes.reshape(-1)
-        kinds = len(present)
+        # Path codes are small (at most MAX_PATHS + 2): bincount over all of them, no sort.
+        codes = path_codes
+        kinds = len(self.paths.paths)
         buckets = np.searchsorted(bounds, durations, side="left")
         counts = np.bincount(codes * width + buckets, minlength=kinds * width)
         totals = np.bincount(codes, weights=durations, minlength=kinds)
+        present = np.flatnonzero(np.bincount(codes, minlength=kinds))
         exp = _exponential_counts(np, codes, durations) if self.exponential else {}
         slowest: dict[int, int] = {}
         if exemplars:
@@ -287,9 +304,9 @@ class Metrics:
             for at in order[last]:
                 slowest[int(codes[at])] = int(at if positions is None else positions[at])
         with self._lock:
-            for k, path in enumerate(present.tolist()):
+            for k in present.tolist():
                 row = counts[k * width:(k + 1) * width]
-                key = (path, role, index)
+                key = (k, role, index)
                 hist = self.hists.get(key)
                 if hist is None:
                     hist = self.hists[key] = _Hist()

@@ -177,6 +177,8 @@ def attach(rt: Any) -> MetricsExporter | None:
                       dropped=rt.dropped_total,
                       exponential=s.metrics_histogram == "exponential",
                       open_blocks=rt.open_blocks, roots=roots,
+                      local=lambda: [recorder.stack_contribution(st)
+                                     for st in recorder.all_stacks()],
                       trees=None if rt.spans_on else trees)
     exporter = MetricsExporter(metrics, _transport_factory(s, endpoint, full, protocol),
                                s.metrics_interval, endpoint)

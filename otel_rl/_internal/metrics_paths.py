@@ -43,10 +43,27 @@ ROUNDS = 5
 _SID, _PSID, _NAME, _TID, _EXTRA = (operator.itemgetter(i) for i in (0, 1, 2, 5, 7))
 
 
+class _NameIds(dict[str, int]):
+    """Block name -> a small int, made on first sight (at C speed when known: `dict`'s own
+    lookup); past `limit` names, new ones share id 0, whose paths are `OTHER`."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.names = [OTHER]
+
+    def __missing__(self, name: str) -> int:
+        if len(self.names) > self.limit:
+            return 0
+        code = self[name] = len(self.names)
+        self.names.append(name)
+        return code
+
+
 class PathTable:
     """Interned block paths: code -> (path, leaf name); a child's code from its parent's."""
 
-    __slots__ = ("cap", "children", "leaves", "on_overflow", "paths")
+    __slots__ = ("cap", "children", "leaves", "name_ids", "on_overflow", "paths")
 
     def __init__(self, cap: int = MAX_PATHS,
                  on_overflow: Callable[[int], None] | None = None) -> None:
@@ -55,6 +72,7 @@ class PathTable:
         self.leaves = ["", OTHER]
         self.children: dict[tuple[int, str], int] = {}
         self.on_overflow = on_overflow
+        self.name_ids = _NameIds(4 * cap)
 
     def child(self, parent: int, name: str) -> int:
         """The code of `name` nested in the path `parent` (made on first use)."""
@@ -62,7 +80,7 @@ class PathTable:
         code = self.children.get(key)
         if code is not None:
             return code
-        if parent == OVERFLOW or len(self.paths) - 2 >= self.cap:
+        if parent == OVERFLOW or len(self.paths) - 2 >= self.cap or name is OTHER:
             if len(self.children) < 4 * self.cap:  # remembered, up to a bound
                 self.children[key] = OVERFLOW
             if self.on_overflow is not None:
@@ -106,8 +124,8 @@ class PathResolver:
         self._open: dict[int, tuple[int, int, int, str]] | None = None
         self._open_codes: dict[int, int] = {}
         self._roots: set[int] | None = None
-        # Batches of this observation and the previous one: (pid, sorted sids, their codes,
-        # their thread ids), for parents that ended in an earlier batch.
+        # Batches of this observation and the previous one: (pid, `_Index` of their span
+        # ids, their codes, their thread ids), for parents that ended in an earlier batch.
         self._recent: list[tuple[int, Any, Any, Any]] = []
         self._previous: list[tuple[int, Any, Any, Any]] = []
 
@@ -165,39 +183,47 @@ class PathResolver:
         if opened is not None and opened[0] == pid:
             return self._open_code(psid), opened[1]
         for where in (self._recent, self._previous):
-            for bpid, sids, codes, tids in where:
+            for bpid, index, codes, tids in where:
                 if bpid != pid:
                     continue
-                at = int(sids.searchsorted(psid))
-                if at < len(sids) and int(sids[at]) == psid and codes[at] >= 0:
+                at = index.find(psid)
+                if at >= 0 and codes[at] >= 0:
                     return int(codes[at]), int(tids[at])
         if psid in self._root_ids():
             return ROOT, None
         return -1, None
 
     # -- one batch -------------------------------------------------------------------------------
-    def resolve(self, np: Any, pid: int, records: Any, name_col: list[str],
-                last_chance: bool) -> Any:
+    def resolve(self, np: Any, pid: int, records: Any, last_chance: bool,
+                extras: bool = True, threads: Mapping[int, str] | None = None,
+                by_name: Mapping[str, int] | None = None) -> Any:
         """Path codes of `records` (-1: parent not known yet; with `last_chance`, those count
-        as top-level)."""
+        as top-level). `extras`: whether any record has one; `threads`: the batch's thread
+        names (one thread: its records need no thread id column); `by_name`: the path of
+        each block name that has one path only (`unique_paths`), -1 for others."""
         n = len(records)
+        if by_name is not None and not extras:
+            # The common case, at one column's cost: every name has one path.
+            codes = np.fromiter(map(by_name.__getitem__, map(_NAME, records)), np.int64, n)
+            if (codes >= 0).all():
+                return codes
         sids = np.fromiter(map(_SID, records), np.uint64, n)
         psids = np.fromiter(map(_PSID, records), np.uint64, n)
-        tids = np.fromiter(map(_TID, records), np.uint64, n)
-        names = {name: k for k, name in enumerate(dict.fromkeys(name_col))}
-        name_list = list(names)
-        name_codes = np.fromiter(map(names.__getitem__, name_col), np.int64, n)
+        if threads is not None and len(threads) == 1:
+            tids = np.full(n, next(iter(threads)), np.uint64)
+        else:
+            tids = np.fromiter(map(_TID, records), np.uint64, n)
+        name_codes = np.fromiter(map(self.table.name_ids.__getitem__, map(_NAME, records)),
+                                 np.int64, n)
+        name_list = self.table.name_ids.names
         width = len(name_list)
-        order = np.argsort(sids, kind="stable")
-        sorted_sids = sids[order]
-        at = np.minimum(np.searchsorted(sorted_sids, psids), n - 1)
-        inside = sorted_sids[at] == psids
-        parent = np.where(inside, order[at], 0)
+        index = _Index(np, sids)
+        inside, parent = index.find_all(psids)
         same = inside & (tids[parent] == tids)
         codes = np.full(n, -1, np.int64)
         parent_codes = np.full(n, -1, np.int64)
         parent_codes[inside & ~same] = ROOT  # a parent in another thread: a top-level block
-        if any(map(_EXTRA, records)):
+        if extras:
             kinds = [i for i, r in enumerate(records) if _is_kind(r[7])]
             codes[kinds] = ROOT
         outside = np.flatnonzero(~inside)
@@ -212,20 +238,22 @@ class PathResolver:
             parent_codes[outside] = np.where(other, ROOT, ucodes[back])
 
         def settle() -> None:
-            """Codes for every record whose parent's code is known, outermost first."""
+            """Codes for every record whose parent's code is known, outermost first (one
+            pass per nesting level, over the records still without a code)."""
             child = self.table.child
-            while True:
-                known = parent_codes.copy()
-                chained = same & (codes[parent] >= 0)
-                known[chained] = codes[parent[chained]]
-                ready = (codes < 0) & (known >= 0)
+            todo = np.flatnonzero(codes < 0)
+            while len(todo):
+                known = np.where(same[todo], codes[parent[todo]], parent_codes[todo])
+                ready = known >= 0
                 if not ready.any():
                     return
-                keys, back = np.unique(known[ready] * width + name_codes[ready],
+                at = todo[ready]
+                keys, back = np.unique(known[ready] * width + name_codes[at],
                                        return_inverse=True)
                 made = np.array([child(k // width, name_list[k % width])
                                  for k in keys.tolist()], np.int64)
-                codes[ready] = made[back]
+                codes[at] = made[back.reshape(-1)]
+                todo = todo[~ready]
 
         settle()
         if last_chance:
@@ -234,8 +262,80 @@ class PathResolver:
                 self.unplaced += int(waiting.sum())
                 parent_codes[waiting] = ROOT
                 settle()
-        self._recent.append((pid, sorted_sids, codes[order], tids[order]))
+        self._recent.append((pid, index, codes, tids))
         return codes
+
+
+class _Index:
+    """Positions of a batch's span ids. A process's ids come from one counter, so a batch's
+    usually span a short range: then a dense table (no sort); else sorted ids."""
+
+    __slots__ = ("lo", "np", "order", "sorted", "table")
+    table: Any
+    order: Any
+    sorted: Any
+
+    def __init__(self, np: Any, sids: Any) -> None:
+        self.np = np
+        n = len(sids)
+        lo, hi = int(sids.min()), int(sids.max())
+        self.lo = lo
+        if hi - lo <= 4 * n + 1024:
+            self.table = np.full(hi - lo + 1, -1, np.int64)
+            self.table[(sids - np.uint64(lo)).astype(np.int64)] = np.arange(n)
+            self.order = self.sorted = None
+        else:
+            self.table = None
+            self.order = np.argsort(sids, kind="stable")
+            self.sorted = sids[self.order]
+
+    def find_all(self, ids: Any) -> tuple[Any, Any]:
+        """(found, position or 0) of each of `ids`."""
+        np = self.np
+        if self.table is not None:
+            offset = ids.astype(np.int64) - self.lo  # ids past 2**63 wrap: out of range
+            ok = (offset >= 0) & (offset < len(self.table))
+            at = np.where(ok, self.table[np.where(ok, offset, 0)], -1)
+            inside = at >= 0
+            return inside, np.where(inside, at, 0)
+        at = np.minimum(np.searchsorted(self.sorted, ids), len(self.sorted) - 1)
+        inside = self.sorted[at] == ids
+        return inside, np.where(inside, self.order[at], 0)
+
+    def find(self, sid: int) -> int:
+        """The position of `sid`, -1 if absent."""
+        if self.table is not None:
+            offset = sid - self.lo
+            return int(self.table[offset]) if 0 <= offset < len(self.table) else -1
+        at = int(self.sorted.searchsorted(sid))
+        if at < len(self.sorted) and int(self.sorted[at]) == sid:
+            return int(self.order[at])
+        return -1
+
+
+class _ByName(dict[str, int]):
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> int:
+        return -1
+
+
+def unique_paths(trees: Iterable[Any], table: PathTable) -> dict[str, int]:
+    """{block name: path code} of the names that sit at one path only in `trees` (this
+    process's stacks' trees, read after the drain: every drained record's block has its node
+    there, so a name with one node has that path); others map to -1."""
+    found: dict[str, int] = {}
+    for tree in trees:
+        todo = [(ROOT, tree)]
+        while todo:
+            code, node = todo.pop()
+            for name, child in list(node.children.items()):
+                at = table.child(code, name)
+                found[name] = at if found.get(name, at) == at else -1
+                todo.append((at, child))
+    result = _ByName()
+    result.update(found)
+    return result
 
 
 def exported_paths(batches: Iterable[Any]) -> dict[tuple[int, int], list[str]]:
