@@ -137,6 +137,13 @@ def test_exemplars_of_exported_spans_go_to_the_series_of_their_path() -> None:
     assert [int.from_bytes(e.span_id, "big") for e in points["train/update"].exemplars] == [0x902]
     assert [int.from_bytes(e.span_id, "big") for e in points["evaluate/update"].exemplars] == \
         [0x904]
+    # Re-mapped ids use all 64 bits.
+    big = 2**64 - 100
+    metrics.exported([_main(_rec(big + 2, big + 1, "update", 0.3), _rec(big + 1, big, "train"),
+                            _rec(big, 0, "window 4", extra=window))])
+    points = {dict(k)["path"]: p for k, p in _points(metrics).items()}
+    assert [int.from_bytes(e.span_id, "big") for e in points["train/update"].exemplars] == \
+        [big + 2]
 
 
 def test_spans_off_counts_runs_and_seconds_per_path_from_the_trees() -> None:

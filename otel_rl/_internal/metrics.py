@@ -116,6 +116,15 @@ def _exponential_counts(np: Any, codes: Any, durations: Any) -> dict[int, tuple[
     return result
 
 
+def _slowest(np: Any, codes: Any, durations: Any) -> dict[int, int]:
+    """{code: position of its longest duration}."""
+    if not len(codes):
+        return {}
+    order = np.lexsort((durations, codes))
+    last = order[np.flatnonzero(np.diff(codes[order], append=-1) != 0)]
+    return dict(zip(codes[last].tolist(), last.tolist(), strict=True))
+
+
 def _offer(hist: _Hist, record: Any, offset: int) -> None:
     """Make `record` the stream's exemplar if it is the slowest since the last export."""
     seconds = (record[4] - record[3]) * 1e-9
@@ -212,6 +221,8 @@ class Metrics:
         self._exemplar_ns: dict[tuple[int, str], int] = {}
         self.paths = PathTable(metrics_paths.MAX_PATHS, self._overflow)
         self.resolver = PathResolver(self.paths, open_blocks, roots)
+        # For the exported records: a parent not among them makes a block top-level.
+        self._exported_resolver = PathResolver(self.paths)
         self._pending: list[tuple[Batch, int]] = []
         # spans=off: (role, worker index, tree) of every stack, for per-path counters.
         self.trees = trees
@@ -299,10 +310,8 @@ class Metrics:
         exp = _exponential_counts(np, codes, durations) if self.exponential else {}
         slowest: dict[int, int] = {}
         if exemplars:
-            order = np.lexsort((durations, codes))
-            last = np.flatnonzero(np.diff(codes[order], append=-1) != 0)
-            for at in order[last]:
-                slowest[int(codes[at])] = int(at if positions is None else positions[at])
+            for code, where in _slowest(np, codes, durations).items():
+                slowest[code] = where if positions is None else int(positions[where])
         with self._lock:
             for k in present.tolist():
                 row = counts[k * width:(k + 1) * width]
@@ -322,23 +331,39 @@ class Metrics:
                     _offer(hist, records[at], batch.offset_ns)
 
     def exported(self, batches: Iterable[Batch]) -> None:
-        """Exemplars from the spans the windows exported (ids of a kept window)."""
-        batches = list(batches)
-        paths = metrics_paths.exported_paths(batches)
-        find = self.paths.find
-        with self._lock:
-            hists = self.hists
-            for b, batch in enumerate(batches):
-                role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
-                index = _index(batch.resource)
-                offset = batch.offset_ns
-                for i, record in enumerate(batch.records):
-                    if not _is_block(record[7]):
-                        continue
-                    code = find(paths[(b, i)])
-                    hist = None if code is None else hists.get((code, role, index))
+        """Exemplars from the spans the windows exported (ids of a kept window): per batch,
+        the slowest record of each path, its path found among the exported records (a kept
+        window is closed under parents) the way `observe` finds it, vectorised."""
+        import numpy as np
+
+        resolver = self._exported_resolver
+        pid = os.getpid()
+        by_name = None
+        for batch in batches:
+            records = batch.records
+            if not records:
+                continue
+            n = len(records)
+            extras = any(map(_EXTRA, records))
+            mine = batch.resource.get(semconv.PROCESS_PID) == pid and self.local is not None
+            if mine and by_name is None and self.local is not None:
+                by_name = metrics_paths.unique_paths(self.local(), self.paths)
+            resolver.begin()  # a window's ids are its own: nothing carries over
+            codes = resolver.resolve(np, 0, records, True, extras, batch.thread_names,
+                                     by_name if mine else None)
+            durations = (np.fromiter(map(_END, records), np.int64, n)
+                         - np.fromiter(map(_START, records), np.int64, n))
+            positions = np.arange(n)
+            if extras:
+                keep = np.array([_is_block(r[7]) for r in records], bool)
+                codes, durations, positions = codes[keep], durations[keep], positions[keep]
+            role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+            index = _index(batch.resource)
+            with self._lock:
+                for code, at in _slowest(np, codes, durations).items():
+                    hist = self.hists.get((code, role, index))
                     if hist is not None:
-                        _offer(hist, record, offset)
+                        _offer(hist, records[int(positions[at])], batch.offset_ns)
 
     # -- export ----------------------------------------------------------------------------
     def collect(self, now_ns: int) -> list[Metric]:

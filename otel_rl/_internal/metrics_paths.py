@@ -28,7 +28,7 @@ from otel_rl._internal import semconv
 from otel_rl._internal.shapes import OpenBlockInfo
 
 __all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable",
-           "exported_paths", "tree_totals"]
+           "tree_totals", "unique_paths"]
 
 #: Distinct block paths kept as their own series (per exporting process); more go to `OTHER`.
 MAX_PATHS = 2000
@@ -90,16 +90,6 @@ class PathTable:
         self.paths.append(name if parent == ROOT else self.paths[parent] + SEP + name)
         self.leaves.append(name)
         self.children[key] = code
-        return code
-
-    def find(self, names: Iterable[str]) -> int | None:
-        """The code of the path of `names` (outermost first), None if it was never made."""
-        code = ROOT
-        for name in names:
-            found = self.children.get((code, name))
-            if found is None:
-                return None
-            code = found
         return code
 
 
@@ -293,9 +283,9 @@ class _Index:
         """(found, position or 0) of each of `ids`."""
         np = self.np
         if self.table is not None:
-            offset = ids.astype(np.int64) - self.lo  # ids past 2**63 wrap: out of range
-            ok = (offset >= 0) & (offset < len(self.table))
-            at = np.where(ok, self.table[np.where(ok, offset, 0)], -1)
+            offset = ids - np.uint64(self.lo)  # ids below lo wrap around: out of range
+            ok = offset < np.uint64(len(self.table))
+            at = np.where(ok, self.table[np.where(ok, offset, 0).astype(np.int64)], -1)
             inside = at >= 0
             return inside, np.where(inside, at, 0)
         at = np.minimum(np.searchsorted(self.sorted, ids), len(self.sorted) - 1)
@@ -335,32 +325,6 @@ def unique_paths(trees: Iterable[Any], table: PathTable) -> dict[str, int]:
                 todo.append((at, child))
     result = _ByName()
     result.update(found)
-    return result
-
-
-def exported_paths(batches: Iterable[Any]) -> dict[tuple[int, int], list[str]]:
-    """Each exported record's path (names, outermost first), by (batch number, record index):
-    the chain of its parents among the exported records themselves (the windows keep a kept
-    window closed under parents, continuations included), in its own process and thread."""
-    spans: dict[int, tuple[Any, Any]] = {}
-    listed = []
-    for b, batch in enumerate(batches):
-        pid = batch.resource.get(semconv.PROCESS_PID)
-        for i, record in enumerate(batch.records):
-            spans[record[0]] = (pid, record)
-            listed.append((b, i, pid, record))
-    result: dict[tuple[int, int], list[str]] = {}
-    for b, i, pid, record in listed:
-        names = [record[2]]
-        at = record
-        while len(names) < 10_000:
-            up = spans.get(at[1])
-            if up is None or up[0] != pid or up[1][5] != at[5] or _is_kind(up[1][7]):
-                break
-            at = up[1]
-            names.append(at[2])
-        names.reverse()
-        result[(b, i)] = names
     return result
 
 
