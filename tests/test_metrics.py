@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -24,43 +22,10 @@ from otel_rl._internal import metrics_export as mx
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Stats
 from tests.fixtures.jaeger import JaegerServer
+from tests.fixtures.otlp_receiver import Receiver
 from tests.fixtures.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-class _MetricsReceiver:
-    def __init__(self) -> None:
-        self.requests: list[ExportMetricsServiceRequest] = []
-        self.grpc_endpoint = ""
-
-
-@pytest.fixture
-def otlp_metrics_receiver() -> Iterator[_MetricsReceiver]:
-    """A real OTLP/gRPC metrics service on a free loopback port (parses with opentelemetry-proto)."""
-    import grpc
-    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-        ExportMetricsServiceResponse,
-    )
-
-    receiver = _MetricsReceiver()
-
-    def export(request: bytes, context: Any) -> bytes:
-        receiver.requests.append(ExportMetricsServiceRequest.FromString(request))
-        return ExportMetricsServiceResponse().SerializeToString()
-
-    handler = grpc.method_handlers_generic_handler(
-        "opentelemetry.proto.collector.metrics.v1.MetricsService",
-        {"Export": grpc.unary_unary_rpc_method_handler(export)})
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    receiver.grpc_endpoint = f"http://127.0.0.1:{port}"
-    try:
-        yield receiver
-    finally:
-        server.stop(0)
 
 
 def _metrics(**kwargs: Any) -> m.Metrics:
@@ -372,7 +337,7 @@ def _blocks(n: int) -> None:
 
 
 def test_a_configured_run_exports_metrics_and_metrics_false_turns_them_off(
-        otlp_receiver: Any, otlp_metrics_receiver: _MetricsReceiver, tmp_path: Path) -> None:
+        otlp_receiver: Any, otlp_metrics_receiver: Receiver, tmp_path: Path) -> None:
     import otel_rl
     from otel_rl._internal import runtime
 
