@@ -199,3 +199,66 @@ def test_this_processes_names_with_one_path_in_its_trees_take_it_without_parent_
     # Another process's batch is never placed by this process's trees.
     metrics.observe([Batch(WORKER, 0, [_rec(9, 0, "update")])], exemplars=True)
     assert _counts(metrics)[("update", "update", "rollout")] == 1
+
+
+# --- a real run: paths of blocks drained while their parents are still open ----------------------
+
+def _counts_in(request: Any) -> dict[str, int]:
+    """{path: runs} of the duration histogram in an export request."""
+    (duration,) = [mt for rm in request.resource_metrics for sm in rm.scope_metrics
+                   for mt in sm.metrics if mt.name == "otel_rl.block.duration"]
+    counts = {}
+    for point in duration.histogram.data_points:
+        labels = {kv.key: kv.value.string_value for kv in point.attributes}
+        assert labels["path"].split("/")[-1] == labels["block"]
+        counts[labels["path"]] = point.count
+    return counts
+
+
+def test_a_run_labels_each_block_with_its_path_in_its_thread(
+        otlp_receiver: Any, otlp_metrics_receiver: Any, tmp_path: Any) -> None:
+    import threading
+    import time
+
+    import otel_rl
+    from otel_rl._internal import runtime
+    from otel_rl.timers import hierarchical_timer
+
+    def task() -> None:
+        with hierarchical_timer("task"):
+            with hierarchical_timer("step"):
+                time.sleep(0.001)
+
+    try:
+        otel_rl.configure(endpoint=otlp_receiver.http_endpoint,
+                          metrics_endpoint=otlp_metrics_receiver.grpc_endpoint,
+                          metrics_protocol="grpc", spans="all", propagate=False,
+                          flush_interval=0.02, metrics_interval=0.05, output_dir=str(tmp_path))
+        with hierarchical_timer("outer"):
+            for _ in range(3):
+                with hierarchical_timer("inner"):
+                    # "step" sits at three paths: each run is placed by its parent, which
+                    # is still open when the flush thread counts it.
+                    with hierarchical_timer("step"):
+                        time.sleep(0.03)
+                    time.sleep(0.03)
+                with hierarchical_timer("step"):
+                    time.sleep(0.001)
+            thread = threading.Thread(target=task)  # started inside "outer"
+            thread.start()
+            thread.join()
+            # "outer" stays open for many flushes more than a record waits for its parent:
+            # its children are placed under it from the open blocks, not left waiting.
+            give_up = time.monotonic() + 60
+            while (len(otlp_metrics_receiver.requests) < 2 * metrics_paths.ROUNDS
+                   and time.monotonic() < give_up):
+                time.sleep(0.05)
+            before_end = _counts_in(otlp_metrics_receiver.requests[-1])
+        otel_rl.shutdown(10.0)
+        # While "outer" was open, its "step" runs were counted under it already.
+        assert before_end["outer/step"] == 3 and "outer" not in before_end
+        counts = _counts_in(otlp_metrics_receiver.requests[-1])  # the final export: the totals
+        assert counts == {"outer": 1, "outer/inner": 3, "outer/inner/step": 3, "outer/step": 3,
+                          "task": 1, "task/step": 1}
+    finally:
+        runtime.reset_for_tests()
