@@ -199,8 +199,9 @@ class PathResolver:
                 return codes
         sids = np.fromiter(map(_SID, records), np.uint64, n)
         psids = np.fromiter(map(_PSID, records), np.uint64, n)
-        if threads is not None and len(threads) == 1:
-            tids = np.full(n, next(iter(threads)), np.uint64)
+        single = next(iter(threads)) if threads is not None and len(threads) == 1 else None
+        if isinstance(single, int) and single >= 0:
+            tids = np.full(n, single, np.uint64)
         else:
             tids = np.fromiter(map(_TID, records), np.uint64, n)
         name_codes = np.fromiter(map(self.table.name_ids.__getitem__, map(_NAME, records)),
