@@ -118,3 +118,34 @@ def test_the_runs_role_does_not_outlive_its_configure(tmp_path: Path) -> None:
     # run's own role came from the first run's Timing: it is not this run's.
     assert "Runner" not in {w["role"] for w in tree.get("workers", [])}
     assert "plain" in tree["children"]
+
+
+def test_a_known_component_is_found_again_only_in_its_own_run(tmp_path: Path) -> None:
+    """The switch's shortcut (a component made already) holds for its own run only: the same
+    thread and Timing name in a second `configure()` get a component of the second run, and
+    the thread's own stack is active again after every top-level block."""
+    from otel_rl._internal import recorder
+
+    def worker(steps: int, seen: list[bool]) -> None:
+        timing = Timing("Learner 0 profile")
+        own = recorder.thread_stack()
+        for _ in range(steps):
+            with timing.add_time("train"):
+                seen.append(recorder.thread_stack() is not own)
+            seen.append(recorder.thread_stack() is own)
+
+    for run_index, steps in enumerate((4, 6)):
+        out = tmp_path / str(run_index)
+        otel_rl.configure(output_dir=str(out), spans="all")
+        seen: list[bool] = []
+        runner = Timing("Runner profile")
+        with runner.timeit("main_loop"):
+            thread = threading.Thread(target=worker, args=(steps, seen))
+            thread.start()
+            thread.join()
+        otel_rl.shutdown()
+        assert seen == [True] * (2 * steps)
+        tree = json.loads((out / "timers.json").read_text())
+        learner = tree["children"]["main_loop"]["children"]["Learner 0 profile"]
+        assert learner["count"] == 1
+        assert learner["children"]["train"]["count"] == steps

@@ -25,7 +25,7 @@ from typing import Any
 from otel_rl._internal import recorder, runtime, semconv
 from otel_rl._internal.recorder import Base, TimerStack
 
-__all__ = ["Component", "close_all", "role_of", "stack_for"]
+__all__ = ["Component", "close_all", "role_of", "stack_for", "switch_to"]
 
 _SUFFIX = re.compile(r"\s*profile\s*$", re.IGNORECASE)
 _ROLE = re.compile(r"[A-Za-z][A-Za-z]*")
@@ -115,6 +115,28 @@ def stack_for(name: str) -> TimerStack | None:
         if comp is None:
             comp = _stacks[key] = _make(rt, st, base, name, inside)
     return comp
+
+
+def switch_to(name: str, unchanged: Any) -> Any:
+    """Make the component stack of the Timing `name` this thread's active stack for one of its
+    top-level blocks; returns the stack to switch back to (`recorder.set_active_stack`), or
+    `unchanged` where the block stays on the thread's own stack (see `stack_for`).
+
+    Runs at every top-level Timing block: a component made already is found with a few
+    lookups (no pid check: a forked child's `_owner` is None, so it takes the full path)."""
+    rt = runtime._rt
+    if rt is not None and rt is _owner and not rt.closed:
+        local = recorder._local
+        st = getattr(local, "stack", None)
+        if st is not None and st.component is None:
+            comp = _stacks.get((st.tid, name))
+            if comp is not None:
+                local.stack = comp
+                return st
+    stack = stack_for(name)
+    if stack is None:
+        return unchanged
+    return recorder.set_active_stack(stack)
 
 
 def _make(rt: runtime.Runtime, st: TimerStack, base: Base, name: str,
