@@ -6,7 +6,8 @@ Runs Sample Factory 2.1.1 APPO on CartPole (2 rollout workers x 8 envs, CPU; the
 ``scripts/setup-frameworks.sh sf``) plain and under ``otel-rl run`` (default settings), each
 under ``py-spy record --subprocesses --nonblocking -f raw`` (needs ``pip install py-spy`` and
 ptrace rights: root here). This checkout's otel_rl is put first on ``PYTHONPATH`` (nothing is
-installed into the venv). Two measurements per run:
+installed into the venv; ``--rev REV`` profiles otel_rl as of a git revision instead). Two
+measurements per run:
 
 - **CPU per process**: every 0.2 s the user + system ticks of each process of the tree are
   read from ``/proc/PID/stat``; the last reading per process counts (a process's final
@@ -196,7 +197,8 @@ def parse_raw(path: str) -> dict[int, dict[str, Any]]:
     return procs
 
 
-def one_run(variant: str, steps: int, rate: int, workdir: str) -> dict[str, Any]:
+def one_run(variant: str, steps: int, rate: int, workdir: str, src: str = REPO
+            ) -> dict[str, Any]:
     python = os.path.join(VENV, "bin", "python")
     command = ["-m", "sf_examples.train_gym_env", "--env=CartPole-v1", "--algo=APPO",
                "--num_workers=2", "--num_envs_per_worker=8", "--device=cpu",
@@ -206,7 +208,7 @@ def one_run(variant: str, steps: int, rate: int, workdir: str) -> dict[str, Any]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
     env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
-    env["PYTHONPATH"] = REPO
+    env["PYTHONPATH"] = src
     argv = [python, *command]
     out = os.path.join(workdir, f"otel-{variant}")
     if variant == "otel_rl":
@@ -296,15 +298,24 @@ def main() -> int:
     parser.add_argument("--variants", default="plain,otel_rl")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--keep", metavar="DIR", help="copy py-spy's raw files here")
+    parser.add_argument("--rev", help="profile otel_rl as of this git revision (default: the "
+                        "checkout)")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         print("profile_sf: py-spy not found (pip install py-spy)", file=sys.stderr)
         return 2
     runs = []
     with tempfile.TemporaryDirectory(prefix="otel-rl-profile-sf-") as workdir:
+        src = REPO
+        if args.rev:
+            src = os.path.join(workdir, "src")
+            os.makedirs(src)
+            archive = subprocess.run(["git", "archive", args.rev, "otel_rl"], cwd=REPO,
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
         for _ in range(args.rounds):
             for variant in args.variants.split(","):
-                runs.append(one_run(variant, args.steps, args.rate, workdir))
+                runs.append(one_run(variant, args.steps, args.rate, workdir, src))
                 if args.keep:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(workdir, f"{variant}.raw"),
