@@ -15,6 +15,7 @@ is decided off the hot path (`windows.Windower`, in the pipeline).
 
 from __future__ import annotations
 
+import builtins
 import functools
 import itertools
 import math
@@ -546,18 +547,57 @@ def _mark_inherited(node: TimerNode) -> None:
         _mark_inherited(child)
 
 
+#: Stack traces already formatted, by `_error_key`: a block that keeps raising the same
+#: exception from the same place (``queue.Empty`` from a ``get(timeout=...)`` inside a timed
+#: wait, a Sample Factory inference worker's idle loop) formats it once, not at every exit.
+_formatted_stacks: dict[tuple[Any, ...], str] = {}
+_FORMATTED_STACKS_MAX = 256
+#: Exception groups format their members too (Python 3.11+; none before).
+_GROUPS: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(builtins, "BaseExceptionGroup", None),) if t is not None)
+
+
+def _error_key(exc_type: type[BaseException], exc: BaseException | None,
+               tb: TracebackType | None, message: str) -> tuple[Any, ...] | None:
+    """What decides an exception's formatted text — its type, message and the code and line
+    of every traceback frame — or None where more does (a chained exception, notes, a group)."""
+    if exc is None or exc.__cause__ is not None or exc.__context__ is not None or \
+            getattr(exc, "__notes__", None) or isinstance(exc, _GROUPS):
+        return None
+    places: list[Any] = [exc_type, message]
+    depth = 0
+    while tb is not None:
+        depth += 1
+        if depth > 64:
+            return None
+        places.append(tb.tb_frame.f_code)
+        places.append(tb.tb_lineno)
+        tb = tb.tb_next
+    return tuple(places)
+
+
 def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
                  tb: TracebackType | None) -> Extra:
-    import traceback
-
-    try:
-        stack = "".join(traceback.format_exception(exc_type, exc, tb))
-    except Exception:  # a broken __str__ must not break the training loop
-        stack = ""
     try:
         message = str(exc) if exc is not None else ""
     except Exception:
         message = "<unprintable>"
+    try:
+        key = _error_key(exc_type, exc, tb, message)
+    except Exception:
+        key = None
+    stack = _formatted_stacks.get(key) if key is not None else None
+    if stack is None:
+        import traceback
+
+        try:
+            stack = "".join(traceback.format_exception(exc_type, exc, tb))
+        except Exception:  # a broken __str__ must not break the training loop
+            stack = ""
+        if key is not None and stack:
+            if len(_formatted_stacks) >= _FORMATTED_STACKS_MAX:
+                _formatted_stacks.clear()
+            _formatted_stacks[key] = stack
     qualname = getattr(exc_type, "__qualname__", str(exc_type))
     module = getattr(exc_type, "__module__", "builtins")
     type_name = qualname if module == "builtins" else f"{module}.{qualname}"
