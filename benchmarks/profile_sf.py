@@ -45,8 +45,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 #: otel_rl module (path under otel_rl/) -> component, first match wins.
 COMPONENTS = (
     ("_internal/recorder.py", "hot path (recorder)"),
-    ("_internal/components.py", "hot path (SF Timing switch)"),
-    ("timing.py", "hot path (SF Timing switch)"),
+    ("_internal/components.py", "SF component switch"),
+    ("timing.py", "Timing bookkeeping (replaces SF's own)"),
     ("timers.py", "hot path (recorder)"),
     ("_internal/relay.py", "relay encode/decode"),
     ("_internal/ray_support", "relay encode/decode"),
