@@ -142,9 +142,11 @@ class ProcWatch:
                 try:
                     with open(f"/proc/{pid}/stat") as f:
                         fields = f.read().rsplit(")", 1)[1].split()
-                    if pid not in self.cmd:
-                        with open(f"/proc/{pid}/cmdline", "rb") as f:
-                            self.cmd[pid] = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    # Read each time: a process may exec another program (pyenv's shim).
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    if cmd:
+                        self.cmd[pid] = cmd
                     self.cpu[pid] = (int(fields[11]) + int(fields[12])) / TICK
                 except (OSError, IndexError, ValueError):
                     continue
@@ -236,7 +238,7 @@ def one_run(variant: str, steps: int, rate: int, workdir: str, src: str = REPO
     functions: dict[str, float] = defaultdict(float)
     for pid, cpu in watch.cpu.items():
         cmd = watch.cmd.get(pid, "")
-        if "py-spy" in cmd.split(" ", 1)[0]:
+        if pid == proc.pid or "py-spy" in cmd.split(" ", 1)[0]:
             continue  # the profiler itself
         name = role(cmd)
         sampled = samples.get(pid)
