@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -216,9 +218,11 @@ def one_run(variant: str, steps: int, rate: int, workdir: str, src: str = REPO
     if variant == "otel_rl":
         argv = [python, "-m", "otel_rl", "run", "--output", out, "--", "python", *command]
     raw = os.path.join(workdir, f"{variant}.raw")
-    spy = shutil.which("py-spy") or "py-spy"
-    proc = subprocess.Popen([spy, "record", "--subprocesses", "--nonblocking", "-r", str(rate),
-                             "-f", "raw", "-o", raw, "--", *argv], cwd=workdir, env=env,
+    if rate:
+        spy = shutil.which("py-spy") or "py-spy"
+        argv = [spy, "record", "--subprocesses", "--nonblocking", "-r", str(rate), "-f", "raw",
+                "-o", raw, "--", *argv]
+    proc = subprocess.Popen(argv, cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     watch = ProcWatch(proc.pid)
@@ -232,13 +236,13 @@ def one_run(variant: str, steps: int, rate: int, workdir: str, src: str = REPO
         checks.append(f"{variant}: exit {proc.returncode} or steps missing: {log[-300:]!r}")
     if variant == "otel_rl" and not os.path.exists(os.path.join(out, "timers.json")):
         checks.append("otel_rl: no timers.json")
-    samples = parse_raw(raw) if os.path.exists(raw) else {}
+    samples = parse_raw(raw) if rate and os.path.exists(raw) else {}
     by_role: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, int] = defaultdict(int)
     functions: dict[str, float] = defaultdict(float)
     for pid, cpu in watch.cpu.items():
         cmd = watch.cmd.get(pid, "")
-        if pid == proc.pid or "py-spy" in cmd.split(" ", 1)[0]:
+        if (rate and pid == proc.pid) or "py-spy" in cmd.split(" ", 1)[0]:
             continue  # the profiler itself
         name = role(cmd)
         sampled = samples.get(pid)
@@ -292,18 +296,44 @@ def render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_ratios(runs: list[dict[str, Any]]) -> str:
+    """Without py-spy (``--rate 0``): medians per variant and otel_rl / plain per round."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by[run["variant"]].append(run)
+    lines = ["| run | FPS | CPU s, all processes | wall s |", "|---|---|---|---|"]
+    for variant, rows in by.items():
+        cells = []
+        for key in ("fps", "cpu_s", "wall_s"):
+            values = [r[key] for r in rows]
+            cells.append(f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})")
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    if by.get("plain") and by.get("otel_rl"):
+        cells = []
+        for key in ("fps", "cpu_s", "wall_s"):
+            pairs = list(zip(by["otel_rl"], by["plain"], strict=False))
+            ratio = statistics.median(r[key] for r in by["otel_rl"]) / statistics.median(
+                r[key] for r in by["plain"])
+            spread = [o[key] / p[key] for o, p in pairs if p[key]]
+            cells.append(f"**{ratio:.3f}×** ({min(spread):.3f}–{max(spread):.3f})")
+        lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
+    loads = ", ".join(f"{r['load_before']:.1f}" for r in runs)
+    return "\n".join([*lines, "", f"load average at each run's start: {loads}"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=30000)
-    parser.add_argument("--rate", type=int, default=100)
+    parser.add_argument("--rate", type=int, default=100,
+                        help="py-spy samples per second; 0: no py-spy, report FPS and CPU ratios")
     parser.add_argument("--variants", default="plain,otel_rl")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--keep", metavar="DIR", help="copy py-spy's raw files here")
     parser.add_argument("--rev", help="profile otel_rl as of this git revision (default: the "
                         "checkout)")
     args = parser.parse_args()
-    if shutil.which("py-spy") is None:
+    if args.rate and shutil.which("py-spy") is None:
         print("profile_sf: py-spy not found (pip install py-spy)", file=sys.stderr)
         return 2
     runs = []
@@ -315,16 +345,19 @@ def main() -> int:
             archive = subprocess.run(["git", "archive", args.rev, "otel_rl"], cwd=REPO,
                                      capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+        order = random.Random(0)
         for _ in range(args.rounds):
-            for variant in args.variants.split(","):
+            variants = args.variants.split(",")
+            order.shuffle(variants)
+            for variant in variants:
                 runs.append(one_run(variant, args.steps, args.rate, workdir, src))
-                if args.keep:
+                if args.keep and args.rate:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(workdir, f"{variant}.raw"),
                                 os.path.join(args.keep, f"{variant}-{len(runs)}.raw"))
                 print(f"{variant}: CPU {runs[-1]['cpu_s']:.1f} s FPS {runs[-1]['fps']:.0f}",
                       flush=True)
-    print(render(runs))
+    print(render(runs) if args.rate else render_ratios(runs))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(runs, f, indent=2)
