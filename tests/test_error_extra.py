@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,21 @@ def test_spans_of_a_block_that_keeps_raising_carry_the_full_stack(tmp_path: Path
     assert stacks[0].startswith("Traceback (most recent call last):")
     assert "in _empty" in stacks[0]
     assert stacks[0].rstrip().splitlines()[-1].endswith("Empty")
+
+
+def test_two_raises_on_one_line_keep_their_own_carets() -> None:
+    """Python 3.11+ marks the failing expression's columns: the same exception from two calls
+    on one line is two different texts, each what `traceback` makes."""
+    def boom(_: int) -> int:
+        raise ValueError("same")
+
+    def pick(which: int) -> int:
+        return boom(1) + 0 if which == 0 else 0 + boom(2)
+
+    texts = set()
+    for which in (0, 1, 0, 1):
+        exc_type, exc, tb = _caught(lambda w=which: pick(w))  # type: ignore[misc]
+        stack = recorder._error_extra(exc_type, exc, tb)["error"][2]
+        assert stack == "".join(traceback.format_exception(exc_type, exc, tb))
+        texts.add(stack)
+    assert len(texts) == (2 if sys.version_info >= (3, 11) else 1)

@@ -559,8 +559,9 @@ _GROUPS: tuple[type[BaseException], ...] = tuple(
 
 def _error_key(exc_type: type[BaseException], exc: BaseException | None,
                tb: TracebackType | None, message: str) -> tuple[Any, ...] | None:
-    """What decides an exception's formatted text — its type, message and the code and line
-    of every traceback frame — or None where more does (a chained exception, notes, a group)."""
+    """What decides an exception's formatted text — its type, message and the code object and
+    instruction of every traceback frame — or None where more does (a chained exception,
+    notes, a group)."""
     if exc is None or exc.__cause__ is not None or exc.__context__ is not None or \
             getattr(exc, "__notes__", None) or isinstance(exc, _GROUPS):
         return None
@@ -571,7 +572,7 @@ def _error_key(exc_type: type[BaseException], exc: BaseException | None,
         if depth > 64:
             return None
         places.append(tb.tb_frame.f_code)
-        places.append(tb.tb_lineno)
+        places.append(tb.tb_lasti)  # the instruction: 3.11's carets mark its columns
         tb = tb.tb_next
     return tuple(places)
 
