@@ -145,7 +145,50 @@ def test_a_known_component_is_found_again_only_in_its_own_run(tmp_path: Path) ->
             thread.join()
         otel_rl.shutdown()
         assert seen == [True] * (2 * steps)
-        tree = json.loads((out / "timers.json").read_text())
-        learner = tree["children"]["main_loop"]["children"]["Learner 0 profile"]
-        assert learner["count"] == 1
-        assert learner["children"]["train"]["count"] == steps
+        # This run's own component span, made in this run, holds this run's blocks.
+        spans = read_otlp_json_file(out / "spans.otlp.jsonl")
+        components = [s for s in spans if s.name == "Learner 0 profile"]
+        assert len(components) == 1
+        assert components[0].attributes[semconv.COMPONENT_ROLE] == "Learner"
+        trains = [s for s in spans if s.name == "train"]
+        assert len(trains) == steps
+        assert {s.parent_span_id for s in trains} == {components[0].span_id}
+        assert {s.trace_id for s in trains} == {components[0].trace_id}
+
+
+def test_a_thread_living_across_two_runs_gets_a_component_of_each(tmp_path: Path) -> None:
+    """A thread that outlives a `shutdown()` and times blocks again in the next run: its
+    component of the first run is not reused (its spans would point into the first run)."""
+    go = [threading.Event(), threading.Event()]
+    done = [threading.Event(), threading.Event()]
+
+    def worker() -> None:
+        timing = Timing("Learner 0 profile")
+        for run_index in range(2):
+            go[run_index].wait(10)
+            for _ in range(3 + run_index):
+                with timing.add_time("train"):
+                    pass
+            done[run_index].set()
+
+    thread: threading.Thread | None = None
+    for run_index in range(2):
+        out = tmp_path / str(run_index)
+        otel_rl.configure(output_dir=str(out), spans="all")
+        runner = Timing("Runner profile")
+        with runner.timeit("main_loop"):
+            if thread is None:
+                thread = threading.Thread(target=worker)
+                thread.start()
+            go[run_index].set()
+            assert done[run_index].wait(10)
+        otel_rl.shutdown()
+        spans = read_otlp_json_file(out / "spans.otlp.jsonl")
+        ids = {s.span_id for s in spans}
+        trains = [s for s in spans if s.name == "train"]
+        assert len(trains) == 3 + run_index
+        parents = {s.parent_span_id for s in trains}
+        assert parents <= ids, "a block hangs under a span of another run"
+        assert {s.name for s in spans if s.span_id in parents} == {"Learner 0 profile"}
+    assert thread is not None
+    thread.join(10)
