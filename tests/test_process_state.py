@@ -15,6 +15,7 @@ import otel_rl
 from otel_rl._internal import recorder, runtime
 from otel_rl._internal.readers.otlp_json import read_otlp_json_file
 from otel_rl.timers import get_timer_tree, hierarchical_timer
+from tests.test_layers import module_graph
 
 PACKAGE = Path(otel_rl.__file__).parent
 
@@ -89,72 +90,8 @@ def test_reset_for_tests_forgets_the_run_and_every_stack(tmp_path: Path) -> None
     assert "children" not in get_timer_tree()
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """otel_rl modules `module` imports anywhere (function bodies too), except under
-    ``if TYPE_CHECKING:``, which never runs."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for child in node.body for n in ast.walk(child))
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] == "otel_rl"}
-
-
-def _module_graph() -> dict[str, set[str]]:
-    modules: dict[str, Path] = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
-    return {name: {target for target in _imports(path, name)
-                   if target in modules and target != name}
-            for name, path in modules.items()}
-
-
-#: Lazy loads of an optional plugin that imports its loader back, allowed by name: GPU timing
-#: (`gpu` subclasses the recorder's timer) is loaded by the recorder only when a block asks.
-PLUGIN_LOADS = {("otel_rl._internal.recorder", "otel_rl._internal.gpu")}
-
-
-def test_otel_rl_modules_import_each_other_without_cycles() -> None:
-    graph = _module_graph()
-    for loader, plugin in PLUGIN_LOADS:
-        graph[loader].discard(plugin)
-    assert len(graph) > 40 and graph["otel_rl._internal.runtime"]
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    cycles: list[list[str]] = []
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for target in sorted(graph[name]):
-            if state.get(target) == 1:
-                cycles.append([*path[path.index(target):], target])
-            elif target not in state:
-                visit(target, [*path, target])
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert cycles == []
-
-
 def test_the_carrier_is_a_leaf() -> None:
-    graph = _module_graph()
+    graph = module_graph()
     assert graph["otel_rl._internal.carrier"] <= {"otel_rl._internal", "otel_rl._internal.log"}
     assert "otel_rl._internal.propagation" not in graph["otel_rl._internal.runtime"]
 

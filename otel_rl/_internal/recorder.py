@@ -671,10 +671,20 @@ def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
     hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
 
 
-def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
-    from otel_rl._internal import gpu as gpu_timing
+def _no_gpu_timing(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
+    """Until the runtime plugs GPU timing in (it does on import): blocks are timed on the CPU."""
 
-    gpu_timing.opt_in(timer, name, gpu)
+
+#: GPU timing's opt-in (``(timer, name, gpu)``), called by `hierarchical_timer.__init__` when
+#: `gpu` is given or the `gpu_blocks` setting names blocks. A plugin above the recorder (`gpu`
+#: subclasses the timer), so it is plugged in from above (`set_gpu_opt_in`), never imported.
+_gpu_opt_in: Callable[[hierarchical_timer, str, bool | None], None] = _no_gpu_timing
+
+
+def set_gpu_opt_in(opt_in: Callable[[hierarchical_timer, str, bool | None], None]) -> None:
+    """Plug in GPU timing's opt-in (the runtime's loader of the `gpu` module)."""
+    global _gpu_opt_in
+    _gpu_opt_in = opt_in
 
 
 _plain_init = hierarchical_timer.__init__

@@ -29,10 +29,12 @@ from otel_rl._internal import (
     aggregates,
     atomic,
     carrier,
+    contribute,
     jsonout,
     ledger_hooks,
     log,
     placement,
+    places,
     recorder,
     semconv,
     threads,
@@ -229,7 +231,7 @@ class Runtime:
 
     def gauge_attributes(self) -> dict[str, Any]:
         """The run's gauges now (this process's, and its relaying workers' last snapshots)."""
-        gauges = wholerun.stack_gauges(recorder.all_stacks())
+        gauges = contribute.stack_gauges(recorder.all_stacks())
         with self.snapshots_lock:
             snapshots = list(self.snapshots.values())
         for top in snapshots:
@@ -392,8 +394,8 @@ class Runtime:
             children = list(self.snapshots.values())
         return {"pid": self.pid, "role": self.role or "worker",
                 "index": self.index if self.index is not None else 0,
-                "contributions": wholerun.contributions(stacks, self.base),
-                "gauges": wholerun.stack_gauges(stacks),
+                "contributions": contribute.contributions(stacks, self.base),
+                "gauges": contribute.stack_gauges(stacks),
                 "dropped": sum(st.dropped for st in stacks),
                 "placements": placement.places(),
                 # For the parent's windows (`auto`): blocks open now, and where this process's
@@ -464,16 +466,16 @@ class Runtime:
     def _final_span(self, end_ns: int) -> None:
         stacks = recorder.all_stacks()
         attrs: dict[str, Any] = {}
-        for name, g in wholerun.stack_gauges(stacks).items():
+        for name, g in contribute.stack_gauges(stacks).items():
             for key in ("value", "min", "max", "count"):
                 attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
         run_stack = self.run_stack
         if run_stack is not None and not self.is_worker:
             for key, value in self.run_metadata(run_stack).items():
                 attrs[f"{semconv.METADATA_PREFIX}{key}"] = str(value)
-        places = placement.places()
-        if places:
-            attrs[semconv.PLACEMENTS] = placement.encode(places)
+        placed = placement.places()
+        if placed:
+            attrs[semconv.PLACEMENTS] = places.encode(placed)
         tid = run_stack.tid if run_stack is not None else threading.get_ident()
         if self.is_worker:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
@@ -514,9 +516,9 @@ class Runtime:
             snapshots = list(self.snapshots.values())
         metadata = self.run_metadata(run_stack)
         ledger_metadata(metadata, self.stats)
-        return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
+        return {"local": contribute.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
-                "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
+                "gauges": contribute.stack_gauges(stacks), "metadata": metadata,
                 "places": placement.places(), "main": self._main_worker(run_stack),
                 "notes": list(self.notes)}
 
@@ -631,6 +633,15 @@ def _main_role(rt: Runtime) -> tuple[str, str, int] | None:
 
 
 # --- process state ---------------------------------------------------------------------------
+
+def _gpu_opt_in(timer: recorder.hierarchical_timer, name: str, gpu: bool | None) -> None:
+    from otel_rl._internal import gpu as gpu_timing  # loaded when a block first asks for it
+
+    gpu_timing.opt_in(timer, name, gpu)
+
+
+# Every import path to the recorder passes `otel_rl/__init__`, which imports this module.
+recorder.set_gpu_opt_in(_gpu_opt_in)
 _rt: Runtime | None = None
 _lock = threading.RLock()
 _atexit_registered = False
