@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-from time import perf_counter_ns
 from typing import Any
 
 from otel_rl._internal import recorder, runtime, semconv
@@ -55,7 +54,7 @@ class Component:
         self.name = name
         self.role, self.index = role_of(name)
         self.span_id = span_id
-        self.start_ns = perf_counter_ns()
+        self.start_ns = recorder.now_ns()  # the recorder's clock (a test's, in capture_spans)
 
 
 #: Sample Factory's default Timing name: a Timing nobody named is no component.
@@ -129,7 +128,7 @@ def _make(rt: runtime.Runtime, st: TimerStack, base: Base, name: str,
     comp.stack.append(comp.root.get_child(name))
     if comp.trace is not None:
         comp.trace.n += 1
-        comp.top = recorder.OpenBlock(component.span_id, comp.top, name, component.start_ns)
+        comp.push_open(component.span_id, name, component.start_ns)
     return comp
 
 
@@ -153,8 +152,7 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
                  semconv.COMPONENT_INDEX: component.index}
         buffer.append((component.span_id, base.span_id, component.name, component.start_ns,
                        end_ns, comp.tid, trace.trace_id, {"attrs": attrs}))
-        if getattr(comp.top, "_sid", None) == component.span_id:
-            comp.top = comp.top._up  # recorded: not open any more (not cut short)
+        comp.pop_open(component.span_id)  # recorded: not open any more (not cut short)
 
 
 def reset_after_fork() -> None:

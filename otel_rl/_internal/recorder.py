@@ -252,6 +252,20 @@ class TimerStack:
         """The span id new blocks in this stack hang under (0: none)."""
         return self.top._sid  # type: ignore[no-any-return]
 
+    def push_open(self, span_id: int, name: str, start_ns: int) -> None:
+        """Open a block that is not a `hierarchical_timer` (a Sample Factory component, open
+        for its whole life) as the stack's innermost: its blocks hang under it."""
+        self.top = OpenBlock(span_id, self.top, name, start_ns)
+
+    def pop_open(self, span_id: int) -> bool:
+        """Close the innermost open block if it is `span_id` (a `push_open` block that was
+        recorded, so not cut short at shutdown); whether it was."""
+        top = self.top
+        if top._sid != span_id or top._up is None:
+            return False
+        self.top = top._up
+        return True
+
     def open_blocks(self) -> list[tuple[int, int, str, int]]:
         """(span id, parent span id, name, start ns) of the blocks open now, innermost first.
         Safe to call from another thread: it only reads links that are replaced whole."""
