@@ -21,7 +21,7 @@ import re
 import threading
 from typing import Any
 
-from otel_rl._internal import recorder, runtime, semconv
+from otel_rl._internal import procstate, recorder, runtime, semconv
 from otel_rl._internal.recorder import Base, TimerStack
 
 __all__ = ["Component", "close_all", "role_of", "stack_for"]
@@ -163,4 +163,4 @@ def reset_after_fork() -> None:
     main_role = _owner = None
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+procstate.register("components", after_in_child=reset_after_fork, for_tests=reset_after_fork)

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from otel_rl._internal.recorder import Base, GaugeNode, TimerStack, stack_contribution
+from otel_rl._internal.node import Gauge
+from otel_rl._internal.recorder import Base, TimerStack, stack_contribution
 from otel_rl._internal.shapes import Contribution, GaugeDict
 from otel_rl._internal.wholerun import merge_gauge
 
 __all__ = ["contributions", "stack_gauges"]
-
-
-def _gauge_dict(gauge: GaugeNode, count: int) -> GaugeDict:
-    return {"value": gauge.value, "min": gauge.min_value, "max": gauge.max_value,
-            "count": count, "ts": gauge._timestamp}
 
 
 def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, GaugeDict]:
@@ -26,15 +22,15 @@ def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, GaugeDict]:
     result: dict[str, GaugeDict] = {}
     seen: set[int] = set()
     for st in stacks:
-        for source, merged in ((st.retired_gauges, {}), (st.gauges, st.merged_gauge_counts)):
-            for name, gauge in list(source.items()):
-                if id(gauge) in seen:
-                    continue  # merge_gauges shares GaugeNode objects between stacks
-                seen.add(id(gauge))
-                count = gauge.count - merged.get(name, 0)
-                if count <= 0:
-                    continue
-                merge_gauge(result, name, _gauge_dict(gauge, count))
+        own: list[tuple[str, Gauge]] = list(st.retired_gauges.items())
+        for name, node in list(st.gauges.items()):
+            if id(node) in seen:
+                continue  # merge_gauges shares GaugeNode objects between stacks
+            seen.add(id(node))
+            own.append((name, node.as_gauge(node.count - st.merged_gauge_counts.get(name, 0))))
+        for name, gauge in own:
+            if gauge.count > 0:
+                merge_gauge(result, name, gauge.to_dict(ts=True))
     return result
 
 

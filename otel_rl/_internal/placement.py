@@ -13,10 +13,9 @@ rebuilt from spans (the run span carries the places, `semconv.PLACEMENTS`, in th
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from otel_rl._internal import recorder
+from otel_rl._internal import procstate, recorder
 from otel_rl._internal.recorder import TimerNode
 
 __all__ = ["on_merge", "places"]
@@ -47,4 +46,4 @@ def reset_after_fork() -> None:
     _places.clear()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+procstate.register("placement", after_in_child=reset_after_fork, for_tests=reset_after_fork)

@@ -27,7 +27,7 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
-from otel_rl._internal.node import TreeNode
+from otel_rl._internal.node import Gauge, TreeNode
 from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
 
 TIMER_FORMAT_VERSION = "0.1.0"
@@ -115,6 +115,8 @@ class GaugeNode:
         self._timestamp = time.time()
 
     def merge(self, other: GaugeNode) -> None:
+        # ML-Agents' rule, for code that calls it (`timers.merge_gauges`); otel_rl's own
+        # merges use `node.Gauge.merge` (on a tie, the gauge merged in wins).
         if self._timestamp < other._timestamp:
             self.value = other.value
             self._timestamp = other._timestamp
@@ -125,6 +127,10 @@ class GaugeNode:
     def as_dict(self) -> GaugeDict:
         return {"value": self.value, "min": self.min_value, "max": self.max_value,
                 "count": self.count}
+
+    def as_gauge(self, count: int) -> Gauge:
+        """This gauge as otel_rl's one gauge form (`node.Gauge`), counting `count` updates."""
+        return Gauge(self.value, self.min_value, self.max_value, count, self._timestamp)
 
 
 class Base:
@@ -230,7 +236,7 @@ class TimerStack:
         # otel_rl's own state; never reset by `reset()`.
         self.run_start = perf_counter_ns()
         self.retired = TimerNode("root")
-        self.retired_gauges: dict[str, GaugeNode] = {}
+        self.retired_gauges: dict[str, Gauge] = {}
         self.merged_gauge_counts: dict[str, int] = {}
         self.dropped = 0
         # In a forked child: the names of the blocks that were open in the parent at the fork
@@ -810,14 +816,13 @@ def _retire(stack: TimerStack) -> None:
     if own is not None:
         merge_into(stack.retired, own, False)
     for name, gauge in stack.gauges.items():
-        merged = stack.merged_gauge_counts.get(name, 0)
+        # What this stack set itself (not what `merge_gauges` copied in), by the one rule.
+        mine = gauge.as_gauge(gauge.count - stack.merged_gauge_counts.get(name, 0))
         kept = stack.retired_gauges.get(name)
         if kept is None:
-            kept = stack.retired_gauges[name] = GaugeNode(gauge.value)
-            kept.count = 0
-            kept.min_value, kept.max_value = gauge.min_value, gauge.max_value
-        kept.merge(gauge)
-        kept.count -= merged
+            stack.retired_gauges[name] = mine
+        else:
+            kept.merge(mine)
 
 
 def stack_contribution(stack: TimerStack) -> TimerNode:

@@ -5,9 +5,9 @@ whole-run timers.json) or a *worker* (it continues a context handed down by a pa
 the parent's relay is reachable, ships its records and tree snapshots there).
 
 Process state lives here only: the current `Runtime` and its lock, the recorder's switches
-(through `recorder.arm` / `recorder.disarm`, called from nowhere else), the fork hook (always
-registered once a run starts: a forked child never keeps the parent's run), the SIGTERM and
-atexit handlers, and `reset_for_tests`. `propagation` patches the standard library on top of
+(through `recorder.arm` / `recorder.disarm`, called from nowhere else), its part of the one
+fork hook (`procstate`; registered once a run starts: a forked child never keeps the parent's
+run), the SIGTERM and atexit handlers, and its part of `procstate.reset_for_tests`. `propagation` patches the standard library on top of
 this module and asks it for carriers and workers; it writes none of this state.
 """
 
@@ -35,6 +35,7 @@ from otel_rl._internal import (
     log,
     placement,
     places,
+    procstate,
     recorder,
     semconv,
     threads,
@@ -686,8 +687,10 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
         if not _fork_hook_registered:
             # Always, whatever `propagate` says: a forked child must never go on appending to
             # the parent's buffer, which nothing in the child drains.
-            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                                after_in_child=_after_fork_in_child)
+            procstate.register("runtime", before=_before_fork,
+                               after_in_parent=_after_fork_in_parent,
+                               after_in_child=_after_fork_in_child)
+            procstate.register_fork_hook_now()
             threads.wrap_os_fork()
             _fork_hook_registered = True
         if settings.handle_sigterm and not settings.disabled:
@@ -1032,9 +1035,9 @@ def _resend_wakeup(writer: socket.socket, signum: int) -> None:
         pass
 
 
-def reset_for_tests() -> None:
-    """Shut down and forget all process state: the runtime and every timer stack (tests only;
-    never while blocks are open)."""
+def _reset_for_tests() -> None:
+    """The runtime's part of `procstate.reset_for_tests`: shut down and forget the run and
+    every timer stack."""
     global _rt
     shutdown(5.0)
     with _lock:
@@ -1042,3 +1045,6 @@ def reset_for_tests() -> None:
     recorder.disarm()
     recorder.reset_for_tests()
     _fork.__dict__.clear()
+
+
+procstate.register("runtime", for_tests=_reset_for_tests)
