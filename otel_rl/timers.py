@@ -136,14 +136,7 @@ def set_gauge(name: str, value: float, timer_stack: TimerStack | None = None) ->
 
 def merge_gauges(gauges: dict[str, GaugeNode], timer_stack: TimerStack | None = None) -> None:
     """Merge gauges from another stack into `timer_stack` (default: this thread's)."""
-    timer_stack = timer_stack or _get_thread_timer()
-    for name, gauge in gauges.items():
-        if name in timer_stack.gauges:
-            timer_stack.gauges[name].merge(gauge)
-            counts = timer_stack.merged_gauge_counts
-            counts[name] = counts.get(name, 0) + gauge.count
-        else:
-            timer_stack.gauges[name] = gauge
+    (timer_stack or _get_thread_timer()).merge_gauges(gauges)
 
 
 def add_metadata(key: str, value: str, timer_stack: TimerStack | None = None) -> None:

@@ -258,6 +258,17 @@ class TimerStack:
         """The span id new blocks in this stack hang under (0: none)."""
         return self.top._sid  # type: ignore[no-any-return]
 
+    def merge_gauges(self, gauges: dict[str, GaugeNode]) -> None:
+        """ML-Agents' `merge_gauges` into this stack (its rule: `GaugeNode.merge`), noting
+        what came from elsewhere so the whole run counts it once."""
+        for name, gauge in gauges.items():
+            if name in self.gauges:
+                self.gauges[name].merge(gauge)
+                counts = self.merged_gauge_counts
+                counts[name] = counts.get(name, 0) + gauge.count
+            else:
+                self.gauges[name] = gauge
+
     def push_open(self, span_id: int, name: str, start_ns: int) -> None:
         """Open a block that is not a `hierarchical_timer` (a Sample Factory component, open
         for its whole life) as the stack's innermost: its blocks hang under it."""
