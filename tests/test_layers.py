@@ -1,11 +1,14 @@
 """Layers point one way (issue 17): the import graph of otel_rl's own modules, read from the
 source with `ast` — module-level imports and imports inside functions alike (an import that
-runs only when a function is called is still a dependency). ``if TYPE_CHECKING:`` blocks never
-run and are left out. No exception is allowed by name."""
+runs only when a function is called is still a dependency), and for what a module reaches, the
+packages Python imports first (``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``). ``if
+TYPE_CHECKING:`` blocks never run and are left out. No exception is allowed by name."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import otel_rl
@@ -43,11 +46,20 @@ def _never_run(tree: ast.Module) -> set[int]:
     return skip
 
 
-def _imported(path: Path, module: str) -> set[str]:
-    """Every name `module` imports (absolute), anywhere in it but under TYPE_CHECKING."""
+def _in_functions(tree: ast.Module) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            skip.update(id(n) for n in ast.walk(node) if n is not node)
+    return skip
+
+
+def _imported(path: Path, module: str, body_only: bool = False) -> set[str]:
+    """Every name `module` imports (absolute), anywhere in it but under TYPE_CHECKING (with
+    `body_only`: only what running the module itself imports, not its functions)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    skip = _never_run(tree)
+    skip = _never_run(tree) | (_in_functions(tree) if body_only else set())
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -64,15 +76,33 @@ def _imported(path: Path, module: str) -> set[str]:
     return found
 
 
-def module_graph() -> dict[str, set[str]]:
-    """otel_rl module -> the otel_rl modules it imports."""
+#: Suffix of a package's node that stands for running its ``__init__`` (see `module_graph`).
+BODY = " (body)"
+
+
+def module_graph(packages: bool = False) -> dict[str, set[str]]:
+    """otel_rl module -> the otel_rl modules it imports. With `packages`, every module also
+    reaches what running the packages that contain it imports (Python runs ``a/__init__``
+    and ``a/b/__init__`` before ``a.b.c``), as nodes ``"a.b (body)"``: only their module-
+    level imports, since importing a package calls none of its functions. (A package that
+    imports its own modules is no cycle, so the cycle check leaves these edges out.)"""
     paths: dict[str, Path] = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return {name: {target for target in _imported(path, name)
-                   if target in paths and target != name}
-            for name, path in paths.items()}
+
+    def known(targets: set[str], name: str) -> set[str]:
+        return {target for target in targets if target in paths and target != name}
+
+    graph = {name: known(_imported(path, name), name) for name, path in paths.items()}
+    if packages:
+        for name in list(graph):
+            parts = name.split(".")
+            graph[name] |= {".".join(parts[:i]) + BODY for i in range(1, len(parts))}
+            if paths[name].name == "__init__.py":
+                graph[name + BODY] = known(_imported(paths[name], name, body_only=True), name)
+                graph[name + BODY] |= {".".join(parts[:i]) + BODY for i in range(1, len(parts))}
+    return graph
 
 
 def _reach(graph: dict[str, set[str]], start: str) -> dict[str, str]:
@@ -127,7 +157,7 @@ def test_the_graph_sees_imports_inside_functions_and_every_module() -> None:
 
 
 def test_the_read_side_imports_nothing_of_the_hot_path() -> None:
-    graph = module_graph()
+    graph = module_graph(packages=True)
     wrong = []
     for name in sorted(filter(_is_read_side, graph)):
         via = _reach(graph, name)
@@ -136,7 +166,7 @@ def test_the_read_side_imports_nothing_of_the_hot_path() -> None:
 
 
 def test_the_model_imports_no_reader_renderer_or_command() -> None:
-    graph = module_graph()
+    graph = module_graph(packages=True)
     wrong = []
     for name in sorted(MODEL):
         via = _reach(graph, name)
@@ -154,3 +184,19 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles(graph) == [["a", "b", "c", "a"]]
     via = _reach(graph, "d")
     assert _chain(via, "d", "c") == "d -> a -> b -> c"
+
+
+def test_loading_the_whole_read_side_loads_no_hot_path_module() -> None:
+    # What the graph says, checked where Python decides: one interpreter imports every
+    # read-side module (a command that only reads never pays for the hot path's imports).
+    read_side = sorted(filter(_is_read_side, module_graph()))
+    code = ("import importlib, json, sys\n"
+            f"for name in {read_side!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('otel_rl'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    loaded = set(__import__("json").loads(out.stdout))
+    assert set(read_side) <= loaded
+    assert loaded & HOT_PATH == set()

@@ -27,6 +27,7 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
+from otel_rl._internal import log
 from otel_rl._internal.node import Gauge, TreeNode
 from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
 
@@ -702,8 +703,21 @@ def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
     hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
 
 
+_said: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.warning("otel_rl: %s", message)
+
+
 def _no_gpu_timing(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
-    """Until the runtime plugs GPU timing in (it does on import): blocks are timed on the CPU."""
+    """Until `otel_rl.timers` plugs GPU timing in (on import): blocks are timed on the CPU,
+    and the first that asks says so."""
+    if gpu:
+        _say_once("no-gpu-plugin", f"GPU time asked for block {name!r} before otel_rl.timers "
+                                   "was imported (it plugs GPU timing in); timed on the CPU")
 
 
 #: GPU timing's opt-in (``(timer, name, gpu)``), called by `hierarchical_timer.__init__` when
@@ -713,7 +727,7 @@ _gpu_opt_in: Callable[[hierarchical_timer, str, bool | None], None] = _no_gpu_ti
 
 
 def set_gpu_opt_in(opt_in: Callable[[hierarchical_timer, str, bool | None], None]) -> None:
-    """Plug in GPU timing's opt-in (the runtime's loader of the `gpu` module)."""
+    """Plug in GPU timing's opt-in (`otel_rl.timers`' loader of the `gpu` module)."""
     global _gpu_opt_in
     _gpu_opt_in = opt_in
 

@@ -634,15 +634,6 @@ def _main_role(rt: Runtime) -> tuple[str, str, int] | None:
 
 
 # --- process state ---------------------------------------------------------------------------
-
-def _gpu_opt_in(timer: recorder.hierarchical_timer, name: str, gpu: bool | None) -> None:
-    from otel_rl._internal import gpu as gpu_timing  # loaded when a block first asks for it
-
-    gpu_timing.opt_in(timer, name, gpu)
-
-
-# Every import path to the recorder passes `otel_rl/__init__`, which imports this module.
-recorder.set_gpu_opt_in(_gpu_opt_in)
 _rt: Runtime | None = None
 _lock = threading.RLock()
 _atexit_registered = False
