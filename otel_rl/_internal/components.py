@@ -122,8 +122,7 @@ def _make(rt: runtime.Runtime, st: TimerStack, base: Base, name: str,
     pid, tid = (st.pid, st.tid) if inside else (base.pid, base.tid)
     trace = st.trace if st.trace is not None else base.trace
     comp = TimerStack()
-    comp.base = Base(trace, st.span or base.span_id, path, pid, tid)
-    rt.adopt(comp)
+    rt.adopt(comp, base=Base(trace, st.span or base.span_id, path, pid, tid))
     component = comp.component = Component(name, recorder.new_span_id())
     comp.stack.append(comp.root.get_child(name))
     if comp.trace is not None:

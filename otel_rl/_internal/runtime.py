@@ -334,9 +334,12 @@ class Runtime:
         if self.pipeline.sinks:
             self.pipeline.start()
 
-    def adopt(self, st: TimerStack, initial: bool = False) -> None:
-        """Give a stack its place in the run: the block that started its thread, if known."""
-        if initial:
+    def adopt(self, st: TimerStack, initial: bool = False, base: Base | None = None) -> None:
+        """Give a stack its place in the run: `base` when given (a task's or component's
+        stack, placed by who made it), else the block that started its thread, if known."""
+        if base is not None:
+            st.base = base
+        elif initial:
             st.base = self.base
         elif st.base is None:
             # Set by the patched Thread.start on a thread started inside a block.
