@@ -334,6 +334,11 @@ class Runtime:
         if self.pipeline.sinks:
             self.pipeline.start()
 
+    def set_epoch_offset(self, offset_ns: int) -> None:
+        """What turns record times (the recorder's clock) into Unix epoch ns, for this run and
+        its exports (`otel_rl.testing`'s deterministic clock starts at a fixed epoch)."""
+        self.offset_ns = self.pipeline.offset_ns = offset_ns
+
     def adopt(self, st: TimerStack, initial: bool = False, base: Base | None = None) -> None:
         """Give a stack its place in the run: `base` when given (a task's or component's
         stack, placed by who made it), else the block that started its thread, if known."""
