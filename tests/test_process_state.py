@@ -84,7 +84,7 @@ def test_reset_for_tests_forgets_the_run_and_every_stack(tmp_path: Path) -> None
     otel_rl.configure(spans="all", output_dir=str(tmp_path))
     with hierarchical_timer("kept_by_nobody"):
         pass
-    procstate.reset_for_tests()
+    runtime.reset_for_tests()  # the runtime's name for the one reset (procstate's)
     assert runtime.current() is None
     assert recorder.buffer_cap == 0 and recorder.on_new_stack is None
     assert recorder.all_stacks() == []

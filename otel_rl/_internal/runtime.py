@@ -1049,3 +1049,9 @@ def _reset_for_tests() -> None:
 
 
 procstate.register("runtime", for_tests=_reset_for_tests)
+
+
+def reset_for_tests() -> None:
+    """`procstate.reset_for_tests`, the one reset for tests (kept here for tests written
+    against the runtime): every part's state, the runtime's first."""
+    procstate.reset_for_tests()
