@@ -192,3 +192,27 @@ def test_a_thread_living_across_two_runs_gets_a_component_of_each(tmp_path: Path
         assert {s.name for s in spans if s.span_id in parents} == {"Learner 0 profile"}
     assert thread is not None
     thread.join(10)
+
+
+def test_component_spans_follow_the_test_clock() -> None:
+    # capture_spans swaps the recorder's clock for a deterministic one; the component block
+    # (opened by the Timing, closed at shutdown) reads the same clock as every other block.
+    from otel_rl.testing import EPOCH_NS, capture_spans
+
+    with capture_spans(step_ns=1000) as captured:
+        runner = Timing("Runner profile")
+        with runner.timeit("main_loop"):
+            worker = threading.Thread(target=rollout, args=(0, 3))
+            worker.start()
+            worker.join()
+    spans = {s.name: s for s in captured.spans}
+    component = spans["RolloutWorker_w0 profile"]
+    assert component.attributes[semconv.COMPONENT_ROLE] == "RolloutWorker"
+    readings = 1000 * 1000  # far more clock readings than this test makes
+    for span in captured.spans:
+        assert EPOCH_NS <= span.start_ns <= span.end_ns <= EPOCH_NS + readings, span.name
+        assert (span.start_ns - EPOCH_NS) % 1000 == 0 and (span.end_ns - EPOCH_NS) % 1000 == 0
+    steps = [s for s in captured.spans if s.name == "env_step"]
+    assert len(steps) == 3 and all(s.parent_span_id == component.span_id for s in steps)
+    assert component.start_ns < min(s.start_ns for s in steps)
+    assert component.end_ns > max(s.end_ns for s in steps)
