@@ -333,8 +333,7 @@ def _base_of(rt: Runtime, value: bytes | str) -> Base | None:
 
 def _stack_for(rt: Runtime, base: Base) -> TimerStack:
     stack = recorder.task_stack((base.path, base.pid, base.tid))
-    stack.base = base
-    rt.adopt(stack)
+    rt.adopt(stack, base=base)
     return stack
 
 
