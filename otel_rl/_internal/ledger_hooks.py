@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import log
+from otel_rl._internal import log, tallyfile
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.records import Batch
@@ -112,6 +112,15 @@ class LedgerState:
         self.processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self.parent_pid: int | None = None
         self.own: list[SinkQueue] | None = None
+        #: In a relaying worker: its shared record count's file (`tallyfile`).
+        self.tally: str | None = None
+        #: In the main process: what the latest relayed batches of each worker recorded of
+        #: the blocks its snapshot said were open (their span ids), so that a worker that
+        #: dies is not given a cut-short copy of a block whose span already arrived.
+        self.open_sids: dict[int, set[int]] = {}
+        #: Per worker pid: its latest batch (resource, offset, thread names, trace id), the
+        #: shape of the cut-short spans the parent exports for it if it dies.
+        self.last_batch: dict[int, Batch] = {}
 
 
 def relayed(rt: Runtime, batch: Batch) -> None:
@@ -124,6 +133,25 @@ def relayed(rt: Runtime, batch: Batch) -> None:
         if pid not in workers.received:
             _remember_process(workers, pid)
         workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
+        workers.last_batch[pid] = batch
+        opened = workers.open_sids.get(pid)
+        if opened:  # blocks open at its last report that ended since
+            opened.difference_update([record[0] for record in batch.records])
+
+
+def snapshot_seen(rt: Runtime, snap: Snapshot) -> None:
+    """A worker's snapshot arrived (the relay's thread): the blocks it says are open; a final
+    one means its tally file is no longer needed."""
+    pid = snap.get("pid")
+    if not isinstance(pid, int):
+        return
+    workers = rt.ledger_state
+    with workers.lock:
+        workers.open_sids[pid] = {int(b[0]) for b in snap.get("open") or ()  # type: ignore[call-overload]
+                                  if isinstance(b, list) and b}
+    path = snap.get("tally")
+    if snap.get("final") and isinstance(path, str):
+        tallyfile.remove(path)
 
 
 def _remember_process(workers: LedgerState, pid: int) -> None:
@@ -178,14 +206,56 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         note = (f"worker {role} (pid {pid}) died before it finished ({how}): its blocks since "
                 f"its last report are missing")
         workers.died[pid] = note
-    recorded = int(snap.get("recorded") or 0)
-    lost = max(0, recorded - received)
+    cut = _cut_short(rt, pid, snap, how)
+    path = snap.get("tally")
+    counted = tallyfile.count(path) if isinstance(path, str) else None
+    if isinstance(path, str):
+        tallyfile.remove(path)
+    if counted is not None:
+        # Exact: everything it recorded (its open blocks included) that neither arrived, nor
+        # was dropped by its full buffer (counted from its report), nor is exported cut short.
+        lost = max(0, counted - received - int(snap.get("dropped") or 0) - cut)
+        note = (f"worker {role} (pid {pid}) died before it finished ({how}): {lost} of its "
+                f"block(s) since its last report were lost (counted)"
+                + (f", {cut} open block(s) exported cut short" if cut else ""))
+        with workers.lock:
+            workers.died[pid] = note
+    else:
+        recorded = int(snap.get("recorded") or 0)
+        lost = max(0, recorded - received)
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
     rt.stats.ledger.note(note)
     with rt.snapshots_lock:
         current = rt.snapshots.get(str(pid))
         if current is not None:
             current["died"] = note
+
+
+def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
+    """A dead worker's blocks that were open at its last report (and did not end since) as
+    spans ending now, marked cut short and why; returns how many."""
+    from otel_rl._internal import recorder, semconv
+    from otel_rl._internal.otlp.records import Batch
+
+    workers = rt.ledger_state
+    with workers.lock:
+        still = workers.open_sids.pop(pid, set())
+        last = workers.last_batch.pop(pid, None)
+    if last is None or not last.records or not rt.spans_on:
+        return 0
+    trace_id = last.records[-1][6]
+    end_ns = recorder.now_ns()
+    attrs = {semconv.CUT_SHORT: True, semconv.DIED: f"process died ({how})"}
+    records: list[Any] = []
+    for block in snap.get("open") or ():
+        if isinstance(block, list) and len(block) == 5 and block[0] in still:
+            sid, psid, name, start, tid = block
+            records.append((sid, psid, name, start, max(int(start), end_ns), tid,  # type: ignore[call-overload]
+                            trace_id, {"attrs": attrs}))
+    if records:
+        rt.pipeline.add_relayed(Batch(last.resource, last.offset_ns, records,
+                                      last.thread_names))
+    return len(records)
 
 
 def before_final_flush(rt: Runtime) -> None:
@@ -204,8 +274,14 @@ def before_final_flush(rt: Runtime) -> None:
 
 def snapshot_extras(rt: Runtime) -> Snapshot:
     """What a worker's snapshot adds for the parent's ledger: records it has recorded so far
-    (handed to its relay or still buffered) and whether this is its final word."""
-    return {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer), "final": rt.closed}
+    (handed to its relay or still buffered), whether this is its final word, and where its
+    shared record count is (a worker whose records are discarded has none to count)."""
+    extras: Snapshot = {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer),
+                        "final": rt.closed}
+    path = rt.ledger_state.tally
+    if path is not None and rt.trace.sink is rt.pipeline.buffer:
+        extras["tally"] = path
+    return extras
 
 
 # -- orphans ---------------------------------------------------------------------------------
@@ -216,6 +292,7 @@ def watch_parent(rt: Runtime) -> None:
     if client is None:
         return
     rt.ledger_state.parent_pid = os.getppid()
+    rt.ledger_state.tally = tallyfile.share(rt.run_id)
     client.on_broken = lambda batches: orphaned(rt, batches)
 
 
@@ -248,6 +325,9 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
                    for sink in sinks for queue in rt.pipeline.queues[:1]]
             rt.ledger_state.own = own
+            if rt.ledger_state.tally is not None:  # nobody reads it any more
+                tallyfile.remove(rt.ledger_state.tally)
+                rt.ledger_state.tally = None
             rt.pipeline.queues.extend(own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"

@@ -370,6 +370,7 @@ class Runtime:
     def on_snapshot(self, snapshot: Snapshot) -> None:
         with self.snapshots_lock:
             self.snapshots[f"{snapshot.get('pid')}"] = snapshot
+        ledger_hooks.snapshot_seen(self, snapshot)
 
     def ensure_relay(self) -> str | None:
         """The address children relay to, starting the server on first need."""
@@ -459,6 +460,7 @@ class Runtime:
                     attrs[semconv.WINDOWS] = sorted(self.windower.kept)
             self.pipeline.buffer.append((recorder.new_span_id(), run_span, aggregates.NAME,
                                          end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
+            recorder.tally_add(1)
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:

@@ -124,6 +124,8 @@ class Snapshot(TypedDict, total=False):
     recorded: int
     final: bool
     died: str
+    #: The worker's shared record count (`tallyfile`), read by the parent if it is killed.
+    tally: str
 
 
 class MainWorker(TypedDict):
