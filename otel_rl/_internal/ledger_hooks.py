@@ -23,7 +23,7 @@ from otel_rl._internal import log, tallyfile
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.records import Batch
     from otel_rl._internal.runtime import Runtime
-    from otel_rl._internal.shapes import Snapshot
+    from otel_rl._internal.shapes import Snapshot, TreeInputs
     from otel_rl._internal.sinks.base import Stats
     from otel_rl._internal.sinks.queue import SinkQueue
 
@@ -44,13 +44,23 @@ def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
     nothing has neither, so its timers.json equals the tree rebuilt from its spans."""
     ledger = stats.ledger
     worst = ledger.lost_most()
-    if worst or ledger.notes:
+    if worst or ledger.notes or ledger.unconfirmed():
         metadata[DROPPED_KEY] = str(worst)
         metadata[LEDGER_KEY] = json.dumps(ledger.summary(), separators=(",", ":"),
                                           sort_keys=True)
     else:
         metadata.pop(DROPPED_KEY, None)
         metadata.pop(LEDGER_KEY, None)
+
+
+def checkpoint_inputs(inputs: TreeInputs, final: bool) -> TreeInputs:
+    """The main process's timers.json before the run ends (a periodic checkpoint) says so: if
+    the process is then killed (SIGKILL, OOM) it is what stays, and readers call it partial."""
+    if final:
+        return inputs
+    from otel_rl._internal.aggregates import MAIN_UNFINISHED
+
+    return {**inputs, "notes": [*inputs.get("notes", ()), MAIN_UNFINISHED]}
 
 
 def timers_written(rt: Runtime, size: int) -> None:

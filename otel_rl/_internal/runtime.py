@@ -436,7 +436,7 @@ class Runtime:
         else:
             inputs = self.tree_inputs(end_ns)
             payload, kind = inputs, "main"
-            tree = wholerun.build(**inputs)
+            tree = wholerun.build(**ledger_hooks.checkpoint_inputs(inputs, final))
         self.emit_aggregate(payload, kind, final, end_ns)
         self.pending_timers = tree if self.output_dir else None
 

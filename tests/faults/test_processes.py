@@ -97,7 +97,7 @@ def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_ow
         tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     proc = start_workload(tmp_path, "--blocks", str(BLOCKS), "--hold", "60", "--ready",
-                          str(ready))
+                          str(ready), "--timers-interval", "0.5")
     try:
         assert wait_until(ready.exists, 60)
         time.sleep(2.5)  # the workers' blocks have reached the parent's file
@@ -127,6 +127,13 @@ def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_ow
     assert cut_short == 2
     for path in [main, *_orphan_files(tmp_path)]:
         assert cli("tree", str(path), "-o", str(tmp_path / "t.json")).returncode == 3
+    # The parent's own outputs say it never finished: its last periodic timers.json and the
+    # tree rebuilt from its spans file (its last aggregate is not a final one), one line each.
+    for args in (("report", str(tmp_path / "timers.json")),
+                 ("tree", str(main), "-o", str(tmp_path / "t.json"))):
+        result = cli(*args)
+        assert result.returncode == 3, result.stderr
+        assert "the main process never finished" in result.stdout + result.stderr, args
     print(f"LEDGER sigkill parent: expected {EXPECTED} blocks / in files {len(ids)} (2 cut "
           f"short by the orphans) / lost 1 (the parent's open block, died with it)")
 

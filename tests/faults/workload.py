@@ -68,11 +68,14 @@ def main() -> None:
     parser.add_argument("--max-buffer", type=int, default=100_000)
     parser.add_argument("--hold", type=float, default=0.0, help="workers wait this long at the end")
     parser.add_argument("--ready", help="file to create once the workers run")
+    parser.add_argument("--timers-interval", type=float, help="periodic timers.json every S")
     args = parser.parse_args()
     settings: dict[str, object] = dict(
         output_dir=args.out, spans="all", flush_interval=args.flush, propagate=True,
         shutdown_timeout=args.shutdown_timeout, max_buffer=args.max_buffer,
         timeout=args.timeout)
+    if args.timers_interval:
+        settings.update(timers_interval=args.timers_interval)
     if args.endpoint:
         settings.update(endpoint=args.endpoint, protocol=args.protocol)
     otel_rl.configure(**settings)  # type: ignore[arg-type]

@@ -112,6 +112,8 @@ class Delivery:
         self._aborted = threading.Event()
         self._poke = threading.Event()
         self._limit: float | None = None
+        #: Spans of the part being sent now (see `unanswered`).
+        self._part_spans = 0
 
     @property
     def last_error(self) -> ExportError | None:
@@ -143,7 +145,9 @@ class Delivery:
             parts = request.split(self.max_bytes) or parts
         while parts:
             part = parts.pop(0)
+            self._part_spans = part.spans
             error = self._send_one(transport, part.data, deadline)
+            self._part_spans = 0
             if error is None:
                 outcome.sent += part.spans
                 continue
@@ -164,6 +168,12 @@ class Delivery:
         shutdown starting): a backoff that would outlast it gives up now."""
         self._limit = None if deadline == float("inf") else deadline
         self._poke.set()
+
+    def unanswered(self) -> int:
+        """From another thread: spans of a request written whole and not answered yet (what
+        shutdown's deadline cuts off there is "unconfirmed": the collector may have it)."""
+        transport = self.transport
+        return self._part_spans if transport is not None and transport.awaiting else 0
 
     def abort(self) -> None:
         """From another thread: wake a send blocked on the network or in a backoff
@@ -247,6 +257,8 @@ class Delivery:
                 return f"{self.where} refused: {last.message}{wait}"
             if last.kind == "timed out":
                 return f"{self.where} did not answer in time: {last.message}"
+            if last.kind == "unconfirmed":
+                return f"sent to {self.where}, no answer before the deadline: {last.message}"
             return f"collector unreachable at {self.where}: {last.message}"
         if isinstance(error, ExportError):
             return f"rejected by {self.where}: {error.message}"

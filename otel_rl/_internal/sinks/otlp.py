@@ -79,6 +79,9 @@ class OtlpSink(Sink):
     def limit(self, deadline: float) -> None:
         self._delivery.limit(deadline)
 
+    def unanswered(self) -> int:
+        return self._delivery.unanswered()
+
     def failing(self) -> tuple[str, str] | None:
         last = self._delivery.last_error
         if last is None:
