@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence, Sequence
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
@@ -389,7 +389,9 @@ buffer_cap = 0
 #: share it (more than TALLY_SLOTS - 3 threads).
 TALLY_SLOTS = 4096
 FIRST_STACK_SLOT = 2
-tally: memoryview = memoryview(bytearray(8 * TALLY_SLOTS)).cast("Q")
+#: A list here; a ctypes array over the shared file in a worker (a store there costs about
+#: what a list store does, a memoryview's "Q" store of a 62-bit id twice that).
+tally: MutableSequence[int] = [0] * TALLY_SLOTS
 _next_slot = FIRST_STACK_SLOT
 _tally_lock = threading.Lock()
 _ids = itertools.count(0)  # set by `reseed_ids` below
@@ -541,11 +543,21 @@ def reseed_ids() -> None:
 reseed_ids()
 
 
-def use_tally(view: memoryview) -> None:
-    """Count in `view` from now on (what was counted so far is copied into it)."""
+def use_tally(slots: MutableSequence[int]) -> None:
+    """Count in `slots` from now on (what was counted so far is copied into it): timed
+    blocks store their span ids there (`_tallied_enter`)."""
     global tally
-    view[:] = tally
-    tally = view
+    slots[:] = tally
+    tally = slots
+    _swap_enter(_tallied_enter)
+
+
+def _swap_enter(enter: Callable[[hierarchical_timer], TimerNode]) -> None:
+    """Make `enter` the plain `__enter__` (what `use_stack_lookup`'s wraps, too)."""
+    global _plain_enter
+    if hierarchical_timer.__enter__ is _plain_enter:
+        hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
+    _plain_enter = enter
 
 
 def tallied() -> int:
@@ -553,11 +565,11 @@ def tallied() -> int:
     return tallied_in(tally)
 
 
-def tallied_in(view: memoryview) -> int:
+def tallied_in(slots: Sequence[int]) -> int:
     """The count a tally holds (`tallied`; the parent reads a dead worker's with it)."""
-    last = max(view[FIRST_STACK_SLOT:])
-    blocks = last - view[1] + 1 if last >= view[1] > 0 else 0
-    return int(view[0]) + blocks
+    last = max(slots[FIRST_STACK_SLOT:])
+    blocks = last - slots[1] + 1 if last >= slots[1] > 0 else 0
+    return int(slots[0]) + blocks
 
 
 def tally_add(n: int) -> None:
@@ -577,7 +589,8 @@ def reset_after_fork() -> TimerStack:
     _registry_lock = threading.Lock()
     _generation += 1
     # The parent's counters (maybe its shared file) are not the child's to count in.
-    tally = memoryview(bytearray(8 * TALLY_SLOTS)).cast("Q")
+    tally = [0] * TALLY_SLOTS
+    _swap_enter(_untallied_enter)
     _tally_lock = threading.Lock()
     _next_slot = FIRST_STACK_SLOT + 1
     ident = threading.get_ident()
@@ -678,7 +691,7 @@ class hierarchical_timer:
             self._st = st
             self._up = st.top
             st.top = self
-            tally[st.slot] = self._sid = next(_ids)
+            self._sid = next(_ids)
         self._tr = tr
         self._start = perf_counter_ns()
         return node
@@ -719,7 +732,38 @@ class hierarchical_timer:
         return cast(FuncT, wrapped)
 
 
-_plain_enter = hierarchical_timer.__enter__
+def _tallied_enter(self: hierarchical_timer) -> TimerNode:
+    """`hierarchical_timer.__enter__` plus one store: the block's span id in `tally`, for a
+    relaying worker (`use_tally`); the main process never pays for it. Line for line the same
+    otherwise (`tests/faults/test_tally.py` compares the two)."""
+    st = self._stack
+    if st is None:
+        try:
+            st = _local.stack
+        except AttributeError:
+            st = thread_stack()
+    name = self._name
+    # The frames list is kept, not looked up again at exit: if the stack is reset (or
+    # replaced after a fork) meanwhile, this block pops its own list, never the new one.
+    frames = self._frames = st.stack
+    children = frames[-1].children
+    node = children.get(name)
+    if node is None:
+        node = children[name] = TimerNode(name)
+    frames.append(node)
+    self._node = node
+    tr = st.trace
+    if tr is not None:
+        self._st = st
+        self._up = st.top
+        st.top = self
+        tally[st.slot] = self._sid = next(_ids)
+    self._tr = tr
+    self._start = perf_counter_ns()
+    return node
+
+
+_untallied_enter = _plain_enter = hierarchical_timer.__enter__
 
 
 def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
@@ -875,8 +919,10 @@ def stack_contribution(stack: TimerStack) -> TimerNode:
 
 def reset_for_tests() -> None:
     """Forget every stack (tests only; never while blocks are open)."""
-    global _generation
+    global _generation, tally
     _generation += 1
+    tally = [0] * TALLY_SLOTS
+    _swap_enter(_untallied_enter)
     with _registry_lock:
         _all_stacks.clear()
     _thread_timer_stacks.clear()

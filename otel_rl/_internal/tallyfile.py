@@ -13,6 +13,8 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+from collections.abc import MutableSequence
+from typing import cast
 
 from otel_rl._internal import recorder
 
@@ -31,6 +33,8 @@ def share(run_id: str) -> str | None:
     """Count in a shared file from now on; its path (None: it could not be made, and the
     parent falls back to the worker's last report)."""
     global _mapping
+    import ctypes  # only in a relaying worker
+
     path = os.path.join(_folder(), f"otel-rl-{run_id}-{os.getpid()}.tally")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -42,7 +46,8 @@ def share(run_id: str) -> str | None:
     except (OSError, ValueError):
         return None
     _mapping = mapping
-    recorder.use_tally(memoryview(mapping).cast("Q"))
+    slots = (ctypes.c_uint64 * recorder.TALLY_SLOTS).from_buffer(mapping)
+    recorder.use_tally(cast(MutableSequence[int], slots))
     return path
 
 
