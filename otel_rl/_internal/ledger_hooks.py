@@ -2,9 +2,10 @@
 workers that died, workers whose parent is gone, and two runs sharing one output folder.
 
 Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` holds one
-`LedgerState` and calls `output_dir`, `relayed`, `worker_lost`, `before_final_flush`,
-`timers_written`, `ledger_metadata`, `snapshot_extras`, `watch_parent`, `parent_gone` and
-`orphaned` at the points their docstrings name.
+`LedgerState` and calls `output_dir`, `relayed`, `snapshot_seen`, `worker_lost`,
+`before_final_flush`, `checkpoint_inputs`, `timers_written`, `ledger_metadata`,
+`snapshot_extras`, `watch_parent`, `parent_gone`, `orphaned` and `shut_down` at the points
+their docstrings name. A relaying worker's exact record count lives in `tallyfile`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
     from otel_rl._internal.sinks.base import Stats
     from otel_rl._internal.sinks.queue import SinkQueue
 
-__all__ = ["LedgerState", "before_final_flush", "ledger_metadata", "orphaned", "output_dir",
-           "parent_gone", "relayed", "snapshot_extras", "timers_written", "watch_parent",
-           "worker_lost"]
+__all__ = ["LedgerState", "before_final_flush", "checkpoint_inputs", "ledger_metadata",
+           "orphaned", "output_dir", "parent_gone", "relayed", "shut_down", "snapshot_extras",
+           "snapshot_seen", "timers_written", "watch_parent", "worker_lost"]
 
 #: Metadata keys of timers.json.
 DROPPED_KEY = "otel_rl_dropped_spans"
@@ -280,6 +281,22 @@ def before_final_flush(rt: Runtime) -> None:
             dropped += value
     rt.stats.add_dropped("buffer full", dropped, None,
                          "worker processes' span buffers were full")
+
+
+def shut_down(rt: Runtime) -> None:
+    """At the end of shutdown: tally files are no longer needed; a worker removes its own
+    (its final report is out), the main process those of workers still running (they no
+    longer have anyone to read them; their mappings stay valid)."""
+    own = rt.ledger_state.tally
+    if own is not None:
+        tallyfile.remove(own)
+        rt.ledger_state.tally = None
+    for snap in rt._relayed():
+        path = snap.get("tally")
+        if isinstance(path, str):
+            tallyfile.remove(path)
+    if not rt.is_worker:
+        tallyfile.remove_run(rt.run_id)
 
 
 def snapshot_extras(rt: Runtime) -> Snapshot:

@@ -585,6 +585,7 @@ class Runtime:
             ledger_metadata(tree["metadata"], self.stats)
             if tree["metadata"] != before:
                 self._write_timers_dict(tree, quiet=True)
+        ledger_hooks.shut_down(self)
         self._report()
         self.finished = True
 

@@ -18,7 +18,7 @@ from typing import cast
 
 from otel_rl._internal import recorder
 
-__all__ = ["count", "remove", "share"]
+__all__ = ["count", "remove", "remove_run", "share"]
 
 _SIZE = 8 * recorder.TALLY_SLOTS
 #: This process's mapping (kept open for the process's life).
@@ -29,13 +29,17 @@ def _folder() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def _prefix(run_id: str) -> str:
+    return "otel-rl-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) + "-"
+
+
 def share(run_id: str) -> str | None:
     """Count in a shared file from now on; its path (None: it could not be made, and the
     parent falls back to the worker's last report)."""
     global _mapping
     import ctypes  # only in a relaying worker
 
-    path = os.path.join(_folder(), f"otel-rl-{run_id}-{os.getpid()}.tally")
+    path = os.path.join(_folder(), f"{_prefix(run_id)}{os.getpid()}.tally")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -61,6 +65,19 @@ def count(path: str) -> int | None:
     if len(data) != _SIZE:
         return None
     return recorder.tallied_in(memoryview(data).cast("Q"))
+
+
+def remove_run(run_id: str) -> None:
+    """Every tally file of run `run_id` (the main process, at its end: workers that died
+    before their first report, or exited without a word, leave theirs)."""
+    prefix = _prefix(run_id)
+    try:
+        names = [name for name in os.listdir(_folder())
+                 if name.startswith(prefix) and name.endswith(".tally")]
+    except OSError:
+        return
+    for name in names:
+        remove(os.path.join(_folder(), name))
 
 
 def remove(path: str) -> None:
