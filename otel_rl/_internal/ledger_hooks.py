@@ -201,6 +201,10 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         snap = rt.snapshots.get(str(pid))
     if snap is None or snap.get("final"):
         return
+    path = snap.get("tally")
+    if isinstance(path, str) and tallyfile.count(path) == 0 and not received_any(rt, pid):
+        tallyfile.remove(path)  # it recorded nothing (it said hello, then exited): no loss
+        return
     code = _exit_code(workers, pid)
     for _ in range(20):  # the socket closes a moment before the process is gone
         if code is not None:
@@ -218,7 +222,6 @@ def worker_lost(rt: Runtime, pid: int) -> None:
                 f"its last report are missing")
         workers.died[pid] = note
     cut = _cut_short(rt, pid, snap, how)
-    path = snap.get("tally")
     counted = tallyfile.count(path) if isinstance(path, str) else None
     if isinstance(path, str):
         tallyfile.remove(path)
@@ -240,6 +243,11 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         current = rt.snapshots.get(str(pid))
         if current is not None:
             current["died"] = note
+
+
+def received_any(rt: Runtime, pid: int) -> bool:
+    with rt.ledger_state.lock:
+        return rt.ledger_state.received.get(pid, 0) > 0
 
 
 def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
@@ -319,8 +327,16 @@ def watch_parent(rt: Runtime) -> None:
     if client is None:
         return
     rt.ledger_state.parent_pid = os.getppid()
-    rt.ledger_state.tally = tallyfile.share(rt.run_id)
     client.on_broken = lambda batches: orphaned(rt, batches)
+    if rt.ctx is not None and not rt.ctx.sampled:
+        return  # its records are discarded: nothing for the parent to count
+    path = rt.ledger_state.tally = tallyfile.share(rt.run_id)
+    if path is not None:
+        # A first word at once, so that a worker killed before its first flush is known to
+        # the parent (by pid) and counted too.
+        client.send_snapshot({"pid": os.getpid(), "role": rt.role or "worker",
+                              "index": rt.index if rt.index is not None else 0,
+                              "recorded": 0, "final": False, "tally": path})
 
 
 def parent_gone(rt: Runtime) -> bool:

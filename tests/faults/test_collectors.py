@@ -45,7 +45,7 @@ def check_otlp(book: dict, recorded: int, accepted: int, reason: str | None) -> 
     assert otlp["delivered"] == accepted
     assert otlp["delivered"] + lost(otlp) + otlp.get("unconfirmed", 0) == recorded
     if reason is not None:
-        assert set(otlp["lost"]) == {reason}
+        assert set(otlp["lost"]) <= {reason}  # (all of it may be unconfirmed)
     return otlp
 
 

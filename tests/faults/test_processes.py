@@ -85,6 +85,27 @@ def test_sigkill_of_a_worker_is_counted_exactly_and_its_open_block_cut_short(
           f"{2 * after} killed worker (exact)")
 
 
+def test_a_worker_killed_before_its_first_report_is_counted_too(tmp_path: Path) -> None:
+    after = 25
+    # No flush during the run (30 s): the parent has only the worker's first word.
+    proc, _ = run_workload(tmp_path, "--blocks", str(BLOCKS), "--kill-worker", "0",
+                           "--after-kill", str(after), "--flush", "30", "--kill-at-once")
+    assert proc.returncode == 0, proc.stderr
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
+    book = ledger(tmp_path)
+    assert book is not None
+    killed = book["upstream"]["killed worker"]
+    # All it recorded: its `worker` block (open), 4 threads x BLOCKS steps x 2, the last steps.
+    assert killed == 1 + 4 * BLOCKS * 2 + 2 * after
+    assert blocks(spans) + killed == EXPECTED + 2 * after
+    file = book["sinks"]["file"]
+    assert file["delivered"] == len(spans) == file["recorded"] - killed
+    assert "killed by signal 9" in book["notes"][0]
+    assert cli("report", str(tmp_path / "timers.json")).returncode == 3
+    print(f"LEDGER sigkill worker before its first report: expected {EXPECTED + 2 * after} "
+          f"blocks / delivered {blocks(spans)} / reported lost {killed} killed worker (exact)")
+
+
 def _killed_pid(note: str) -> int:
     return int(note.split("(pid ")[1].split(")")[0])
 
