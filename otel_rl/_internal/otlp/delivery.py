@@ -72,11 +72,14 @@ class SerializedRequest:
 class Outcome:
     """What became of one request: spans `sent`, spans `lost`, and why (`reason`, `error`)."""
 
-    __slots__ = ("error", "kind", "lost", "reason", "sent")
+    __slots__ = ("error", "kind", "lost", "reason", "sent", "unconfirmed")
 
     def __init__(self) -> None:
         self.sent = 0
         self.lost = 0
+        #: Of `lost`: spans of the part written whole whose answer never came (the collector
+        #: may have them; the ledger says them apart). The parts after it were never sent.
+        self.unconfirmed = 0
         #: One line for a person ("collector unreachable at ...", "rejected by ...: ...").
         self.reason = ""
         #: The ledger's reason: "unreachable", "timed out", "rejected" or "error".
@@ -160,6 +163,8 @@ class Delivery:
             outcome.error = error
             outcome.reason = self._reason(error)
             outcome.kind = self._kind(error)
+            if outcome.kind == "unconfirmed":
+                outcome.unconfirmed = part.spans
             break
         return outcome
 
@@ -212,12 +217,12 @@ class Delivery:
                 if deadline is not None and self._backoff_until >= deadline:
                     # The server asked for (or the backoff needs) more time than is left: say
                     # what the last answer was, not "unreachable".
-                    return _GaveUp(self._last_error, self._backoff_until - now)
+                    return _GaveUp(self._last_error, self._backoff_until - now, attempts > 0)
                 self._poke.wait(wait)  # `limit` and `abort` cut a backoff short
                 self._poke.clear()
                 continue
             if self._aborted.is_set() or (deadline is not None and now >= deadline):
-                return _GaveUp(self._last_error, 0.0)
+                return _GaveUp(self._last_error, 0.0, attempts > 0)
             attempts += 1
             try:
                 # Never wait on the network past the caller's deadline (shutdown).
@@ -267,7 +272,9 @@ class Delivery:
     @staticmethod
     def _kind(error: Exception) -> str:
         if isinstance(error, _GaveUp):
-            return "timed out" if error.last is None else error.last.kind
+            if error.last is None or (error.last.kind == "unconfirmed" and not error.tried):
+                return "timed out"  # (another request's answer was the one that never came)
+            return error.last.kind
         if isinstance(error, ExportError):
             return error.kind
         return "error"
@@ -275,10 +282,12 @@ class Delivery:
 
 class _GaveUp(Exception):
     """The deadline passed while the collector was failing or backing off; `last` is its
-    last failure (None: there was no time to try), `wait_s` the backoff still ahead."""
+    last failure (None: there was no time to try), `wait_s` the backoff still ahead, `tried`
+    whether this request was sent at all (else `last` was another request's)."""
 
-    def __init__(self, last: ExportError | None, wait_s: float) -> None:
+    def __init__(self, last: ExportError | None, wait_s: float, tried: bool = True) -> None:
         super().__init__("deadline passed")
         self.last = last
         self.wait_s = wait_s
+        self.tried = tried
 
