@@ -25,10 +25,10 @@ ITERATIONS = 400
 
 
 @timed
-def advance(i: int, slow: bool) -> None:
+def advance(i: int, slow: bool, slow_s: float = 0.05) -> None:
     with hierarchical_timer("env_step"):
         if slow:
-            time.sleep(0.05)
+            time.sleep(slow_s)
     with hierarchical_timer("update"):
         pass
 
@@ -104,7 +104,10 @@ def test_auto_keeps_whole_windows_on_schedule_and_outliers_within_budget(tmp_pat
         while time.monotonic() < t_end:
             slow = not slow_done and time.monotonic() > t_end - 0.6
             slow_done |= slow
-            advance(0, slow=slow)
+            # Far slower than a loaded machine's stalls (an outlier is kept over the budget only
+            # at twice the last one kept: a 30 ms stall before would hide a 50 ms block), and
+            # ending well within the lag (0.6 s) after its window closes.
+            advance(0, slow=slow, slow_s=0.3)
     otel_rl.shutdown()
     tree = json.loads((tmp_path / "timers.json").read_text())
     spans = read_otlp_json_file(tmp_path / "spans.otlp.jsonl")
@@ -121,7 +124,7 @@ def test_auto_keeps_whole_windows_on_schedule_and_outliers_within_budget(tmp_pat
     # The slow iteration's window is kept as an outlier; outliers earn no more room than the
     # schedule (plus the slowest).
     slow_env = max((s for s in spans if s.name == "env_step"), key=lambda s: s.duration_s)
-    assert slow_env.duration_s >= 0.05
+    assert slow_env.duration_s >= 0.3
     assert windows[next(k for k, w in windows.items() if w.trace_id == slow_env.trace_id)]
     assert 1 <= kept["outlier"] <= kept["schedule"] + 1
     # Each later window holds the long enclosing block as a continuation (and an iteration
@@ -133,7 +136,11 @@ def test_auto_keeps_whole_windows_on_schedule_and_outliers_within_budget(tmp_pat
         blocks = [s for s in members
                   if s.name == "advance" and not s.attributes.get(semconv.CONTINUATION)]
         if k > 0 and blocks:
-            assert "start_learning" in continued
+            # A continuation; or the block itself, in the window where it started (on a loaded
+            # machine, configure() to the first block can take longer than a window).
+            assert "start_learning" in continued or any(
+                s.name == "start_learning" for s in members), (k, sorted(
+                    (s.name, s.start_ns, s.end_ns) for s in members))
     # The tree from the spans is the exact timers.json (from the aggregates)...
     assert_tree_from_spans_is_timers_json(spans, tree)
     # ...and without them it says it is partial.

@@ -665,11 +665,13 @@ def context_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]
 def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Runtime:
     """Start the runtime (the caller holds no runtime)."""
     global _rt, _atexit_registered, _fork_hook_registered
+    # Imported whole before the runtime's flush thread starts: that thread finds the module in
+    # sys.modules, and must never see it half-initialised.
+    from otel_rl._internal import gpu  # light: torch is looked up only when a block asks
+
     with _lock:
         rt = Runtime(settings, ctx, auto=auto)
         rt.attach(recorder.thread_stack())
-        from otel_rl._internal import gpu  # light: torch is looked up only when a block asks
-
         gpu.configure(settings.gpu_blocks, settings.gpu_timeout)
         _rt = rt
         if not _atexit_registered:
