@@ -389,8 +389,8 @@ buffer_cap = 0
 #: share it (more than TALLY_SLOTS - 3 threads).
 TALLY_SLOTS = 4096
 FIRST_STACK_SLOT = 2
-#: A list here; a ctypes array over the shared file in a worker (a store there costs about
-#: what a list store does, a memoryview's "Q" store of a 62-bit id twice that).
+#: A list here; a ctypes array over the shared file in a relaying worker (of the shared
+#: kinds measured, its store of a 62-bit id was the cheapest: a memoryview "Q" store is slower).
 tally: MutableSequence[int] = [0] * TALLY_SLOTS
 _next_slot = FIRST_STACK_SLOT
 _tally_lock = threading.Lock()
