@@ -84,12 +84,16 @@ def test_collector_that_never_answers_keeps_the_deadline(tmp_path: Path) -> None
     with collector("never") as c:
         proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
                                      str(BLOCKS), "--shutdown-timeout", "2")
+        received = c.received
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
     recorded = check_file(tmp_path, book)
     otlp = check_otlp(book, recorded, 0, "timed out")
+    # The request it read and never answered: unconfirmed, exactly what it holds.
+    assert otlp["unconfirmed"] == received > 0
     print(shutdown_time(proc.stderr))
-    print(f"LEDGER never: expected {recorded} / otlp delivered 0 / lost {lost(otlp)}")
+    print(f"LEDGER never: expected {recorded} / otlp delivered 0 / lost {lost(otlp)} / "
+          f"unconfirmed {otlp['unconfirmed']} (the collector received {received})")
 
 
 @pytest.mark.parametrize("retry_after", [None, 8])
