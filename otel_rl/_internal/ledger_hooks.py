@@ -129,9 +129,9 @@ class LedgerState:
         #: the blocks its snapshot said were open (their span ids), so that a worker that
         #: dies is not given a cut-short copy of a block whose span already arrived.
         self.open_sids: dict[int, set[int]] = {}
-        #: Per worker pid: its latest batch (resource, offset, thread names, trace id), the
-        #: shape of the cut-short spans the parent exports for it if it dies.
-        self.last_batch: dict[int, Batch] = {}
+        #: Per worker pid: its latest batch's resource, offset, thread names and trace id,
+        #: the shape of the cut-short spans the parent exports for it if it dies.
+        self.shape: dict[int, tuple[Any, int, Any, int]] = {}
 
 
 def relayed(rt: Runtime, batch: Batch) -> None:
@@ -144,10 +144,16 @@ def relayed(rt: Runtime, batch: Batch) -> None:
         if pid not in workers.received:
             _remember_process(workers, pid)
         workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
-        workers.last_batch[pid] = batch
-        opened = workers.open_sids.get(pid)
-        if opened:  # blocks open at its last report that ended since
-            opened.difference_update([record[0] for record in batch.records])
+        try:
+            records = batch.records
+            if records:
+                workers.shape[pid] = (batch.resource, batch.offset_ns, batch.thread_names,
+                                      int(records[-1][6]))
+            opened = workers.open_sids.get(pid)
+            if opened:  # blocks open at its last report that ended since
+                opened.difference_update([record[0] for record in records])
+        except (TypeError, IndexError, ValueError):
+            pass  # not records as this module knows them: no cut-short copies then
 
 
 def snapshot_seen(rt: Runtime, snap: Snapshot) -> None:
@@ -157,12 +163,19 @@ def snapshot_seen(rt: Runtime, snap: Snapshot) -> None:
     if not isinstance(pid, int):
         return
     workers = rt.ledger_state
+    if snap.get("final"):  # it finished: nothing of it will be cut short or counted
+        with workers.lock:
+            workers.open_sids.pop(pid, None)
+            workers.shape.pop(pid, None)
+        path = snap.get("tally")
+        if isinstance(path, str):
+            tallyfile.remove(path)
+        return
     with workers.lock:
+        if pid not in workers.processes:  # (its exit code, once `join()` forgot it)
+            _remember_process(workers, pid)
         workers.open_sids[pid] = {int(b[0]) for b in snap.get("open") or ()  # type: ignore[call-overload]
                                   if isinstance(b, list) and b}
-    path = snap.get("tally")
-    if snap.get("final") and isinstance(path, str):
-        tallyfile.remove(path)
 
 
 def _remember_process(workers: LedgerState, pid: int) -> None:
@@ -259,10 +272,10 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
     workers = rt.ledger_state
     with workers.lock:
         still = workers.open_sids.pop(pid, set())
-        last = workers.last_batch.pop(pid, None)
-    if last is None or not last.records or not rt.spans_on:
+        shape = workers.shape.pop(pid, None)
+    if shape is None or not rt.spans_on:
         return 0
-    trace_id = last.records[-1][6]
+    resource, offset_ns, thread_names, trace_id = shape
     end_ns = recorder.now_ns()
     attrs = {semconv.CUT_SHORT: True, semconv.DIED: f"process died ({how})"}
     records: list[Any] = []
@@ -272,8 +285,7 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
             records.append((sid, psid, name, start, max(int(start), end_ns), tid,  # type: ignore[call-overload]
                             trace_id, {"attrs": attrs}))
     if records:
-        rt.pipeline.add_relayed(Batch(last.resource, last.offset_ns, records,
-                                      last.thread_names))
+        rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))
     return len(records)
 
 
