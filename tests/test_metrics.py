@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -24,43 +22,10 @@ from otel_rl._internal import metrics_export as mx
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Stats
 from tests.fixtures.jaeger import JaegerServer
+from tests.fixtures.otlp_receiver import Receiver
 from tests.fixtures.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-class _MetricsReceiver:
-    def __init__(self) -> None:
-        self.requests: list[ExportMetricsServiceRequest] = []
-        self.grpc_endpoint = ""
-
-
-@pytest.fixture
-def otlp_metrics_receiver() -> Iterator[_MetricsReceiver]:
-    """A real OTLP/gRPC metrics service on a free loopback port (parses with opentelemetry-proto)."""
-    import grpc
-    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-        ExportMetricsServiceResponse,
-    )
-
-    receiver = _MetricsReceiver()
-
-    def export(request: bytes, context: Any) -> bytes:
-        receiver.requests.append(ExportMetricsServiceRequest.FromString(request))
-        return ExportMetricsServiceResponse().SerializeToString()
-
-    handler = grpc.method_handlers_generic_handler(
-        "opentelemetry.proto.collector.metrics.v1.MetricsService",
-        {"Export": grpc.unary_unary_rpc_method_handler(export)})
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    receiver.grpc_endpoint = f"http://127.0.0.1:{port}"
-    try:
-        yield receiver
-    finally:
-        server.stop(0)
 
 
 def _metrics(**kwargs: Any) -> m.Metrics:
@@ -99,13 +64,13 @@ def test_histograms_count_blocks_per_name_and_role_in_seconds_buckets() -> None:
     assert hist.unit == "s" and hist.histogram.aggregation_temporality == 2  # cumulative
     points = {tuple(sorted((kv.key, kv.value.string_value) for kv in p.attributes)): p
               for p in hist.histogram.data_points}
-    update = points[(("block", "update"), ("role", "main"))]
+    update = points[(("block", "update"), ("path", "update"), ("role", "main"))]
     assert update.count == 2 and update.sum == pytest.approx(0.3015)
     assert list(update.explicit_bounds) == list(m.BOUNDS)
     bucket = {b: c for b, c in zip([*m.BOUNDS, float("inf")], update.bucket_counts, strict=True)}
     assert bucket[0.0025] == 1 and bucket[0.5] == 1 and sum(update.bucket_counts) == 2
-    assert points[(("block", "update"), ("role", "pool"))].count == 1  # not the continuation
-    assert (("block", "otel_rl.aggregate"), ("role", "pool")) not in points
+    assert points[(("block", "update"), ("path", "update"), ("role", "pool"))].count == 1
+    assert all(("block", "otel_rl.aggregate") not in key for key in points)  # not a block
     (exemplar,) = update.exemplars  # the slowest exported run
     assert exemplar.as_double == pytest.approx(0.3)
     assert int.from_bytes(exemplar.span_id, "big") == 2
@@ -277,6 +242,13 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
     assert by[("main_loop", "main")] == 1
     assert sum(v for (block, role), v in by.items() if block == "rollout" and role != "main") \
         == 4 * STEPS
+    # Each block under its path in its thread's tree: a pool worker's rollout is top-level
+    # in its process (its parent, main_loop, is in another one).
+    paths = prometheus.query(
+        f"sum by (path, block, role) (otel_rl_block_duration_seconds_count{{{run}}})")
+    by_path = {(r["metric"]["path"], r["metric"]["role"]): float(r["value"][1]) for r in paths}
+    assert by_path == {("main_loop", "main"): 1, ("main_loop/update", "main"): STEPS,
+                       ("rollout", "worker"): 4 * STEPS}, by_path
     # Each worker process's own cumulative counts: both pool workers ran rollouts.
     runs = prometheus.query(f'otel_rl_block_runs_total{{{run},block="rollout"}}')
     assert len(runs) == 2 and sum(float(r["value"][1]) for r in runs) == 4 * STEPS
@@ -326,6 +298,33 @@ def test_a_run_in_prometheus_quantiles_gauges_steps_and_exemplars_in_jaeger(
             assert result, f"dashboard panel {title!r} is empty: {expr}"
 
 
+@pytest.mark.prometheus
+@pytest.mark.jaeger
+def test_spans_off_still_counts_every_block_per_path_from_the_trees(
+        prometheus: PrometheusServer, jaeger: JaegerServer, jaeger_service: str,
+        tmp_path: Path) -> None:
+    _run_workload(prometheus, jaeger, jaeger_service, tmp_path, OTEL_RL_SPANS="off")
+    run = f'otel_rl_run_id="{jaeger_service}"'
+    runs = prometheus.wait_for(f"sum by (path, block, role) (otel_rl_block_runs_total{{{run}}})")
+    by = {(r["metric"]["path"], r["metric"]["block"], r["metric"]["role"]): float(r["value"][1])
+          for r in runs}
+    assert by == {("main_loop", "main_loop", "main"): 1,
+                  ("main_loop/update", "update", "main"): STEPS,
+                  ("rollout", "rollout", "worker"): 4 * STEPS}, by
+    (seconds,) = prometheus.query(
+        f'sum(otel_rl_block_seconds_total{{{run},path="main_loop/update"}})')
+    assert 0.3 + STEPS * 0.001 <= float(seconds["value"][1]) < 5  # the slow one included
+    # No record holds a run's duration: no histogram (said in the docs), gauges still go.
+    assert not prometheus.query(f"otel_rl_block_duration_seconds_count{{{run}}}")
+    (gauge,) = prometheus.query(f'otel_rl_gauge{{{run},name="reward"}}')
+    assert float(gauge["value"][1]) == STEPS - 1
+    from tests.test_metrics_stack import dashboard_queries
+
+    for title, expr in dashboard_queries(jaeger_service).items():
+        if "otel_rl_block_runs_total" in expr or "otel_rl_block_seconds_total" in expr:
+            assert prometheus.query(expr), f"dashboard panel {title!r} is empty: {expr}"
+
+
 # --- wiring into a run --------------------------------------------------------------------------
 
 def _blocks(n: int) -> None:
@@ -338,7 +337,7 @@ def _blocks(n: int) -> None:
 
 
 def test_a_configured_run_exports_metrics_and_metrics_false_turns_them_off(
-        otlp_receiver: Any, otlp_metrics_receiver: _MetricsReceiver, tmp_path: Path) -> None:
+        otlp_receiver: Any, otlp_metrics_receiver: Receiver, tmp_path: Path) -> None:
     import otel_rl
     from otel_rl._internal import runtime
 

@@ -5,6 +5,7 @@ the Grafana dashboard and datasources, wired to each other."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,24 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
+def _fill(expr: str, run: str) -> str:
+    return (expr.replace("$run", run).replace("$block", ".*").replace("$path", ".*")
+            .replace("$__rate_interval", "1m"))
+
+
 def dashboard_queries(run: str) -> dict[str, str]:
-    """Every panel target's PromQL, with the dashboard's variables filled in as Grafana would."""
+    """Every panel target's PromQL, with the dashboard's variables filled in as Grafana would,
+    and each variable's ``label_values(SERIES, LABEL)`` as the PromQL that lists those values
+    (``group by (LABEL) (SERIES)``)."""
     out = {}
     for panel in dashboard()["panels"]:
         for target in panel["targets"]:
-            expr = (target["expr"].replace("$run", run).replace("$block", ".*")
-                    .replace("$__rate_interval", "1m"))
-            out[f"{panel['title']} / {target['refId']}"] = expr
+            out[f"{panel['title']} / {target['refId']}"] = _fill(target["expr"], run)
+    for variable in dashboard()["templating"]["list"]:
+        found = re.fullmatch(r"label_values\((.+), *(\w+)\)", variable["query"]["query"])
+        assert found, variable
+        series, label = found.groups()
+        out[f"variable {variable['name']}"] = _fill(f"group by ({label}) ({series})", run)
     return out
 
 

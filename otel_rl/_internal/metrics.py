@@ -13,20 +13,27 @@ frames. Everything is cumulative since the run started and exported every `metri
 by this one process (`metrics_export`), with its resource: no OTel SDK ``MeterProvider`` in any
 process (the SDK's metrics break under fork), and a lost export costs resolution only.
 
-Labels are bounded: block name, role (the worker role, ``main`` for the run's own process),
-gauge/scalar name and the scalar's category; never a step, pid or span id. The per-worker
-seconds counter adds the worker index (bounded by the number of workers).
+Labels are bounded: block path (its path in its thread's tree, `metrics_paths`: at most
+`MAX_PATHS`, then ``_other``) and name, role (the worker role, ``main`` for the run's own
+process), gauge/scalar name and the scalar's category; never a step, pid or span id. The
+per-worker seconds counter adds the worker index (bounded by the number of workers).
+
+Under ``spans=off`` there are no records: the per-path runs and seconds counters come from the
+aggregate trees (exact: every run is in its tree node), and there is no duration histogram
+(a quantile needs each run's duration, which only a record has).
 """
 
 from __future__ import annotations
 
 import operator
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import metrics_paths, semconv
+from otel_rl._internal.metrics_paths import PathResolver, PathTable
 from otel_rl._internal.otlp.metrics import (
     Exemplar,
     ExponentialPoint,
@@ -78,7 +85,7 @@ def _index(resource: Attributes) -> int:
 
 
 class _Hist:
-    """One (block, role, worker index) stream: bucket counts, sum, min, max, and the slowest
+    """One (block path, role, worker index) stream: bucket counts, sum, min, max, and the slowest
     exported span seen since the last export (the exemplar)."""
 
     __slots__ = ("counts", "exemplar", "exp", "sum", "zero")
@@ -109,6 +116,15 @@ def _exponential_counts(np: Any, codes: Any, durations: Any) -> dict[int, tuple[
     return result
 
 
+def _slowest(np: Any, codes: Any, durations: Any) -> dict[int, int]:
+    """{code: position of its longest duration}."""
+    if not len(codes):
+        return {}
+    order = np.lexsort((durations, codes))
+    last = order[np.flatnonzero(np.diff(codes[order], append=-1) != 0)]
+    return dict(zip(codes[last].tolist(), last.tolist(), strict=True))
+
+
 def _offer(hist: _Hist, record: Any, offset: int) -> None:
     """Make `record` the stream's exemplar if it is the slowest since the last export."""
     seconds = (record[4] - record[3]) * 1e-9
@@ -117,7 +133,9 @@ def _offer(hist: _Hist, record: Any, offset: int) -> None:
         hist.exemplar = Exemplar(seconds, record[4] + offset, record[6], record[0])
 
 
-_NAME, _START, _END, _EXTRA = (operator.itemgetter(i) for i in (2, 3, 4, 7))
+_START, _END, _EXTRA = (operator.itemgetter(i) for i in (3, 4, 7))
+#: Records waiting for their parent (`metrics_paths`) past this many count as top-level now.
+_MAX_PENDING = 100_000
 _BOUNDS_NS: Any = None
 
 
@@ -176,7 +194,11 @@ class Metrics:
     def __init__(self, *, resource: Attributes, start_ns: int, stats: Stats,
                  gauges: Callable[[], Mapping[str, Mapping[str, Any]]],
                  scalars: Callable[[], Iterable[tuple[str, int, list[list[Any]]]]],
-                 dropped: Callable[[], int] | None = None, exponential: bool = False) -> None:
+                 dropped: Callable[[], int] | None = None, exponential: bool = False,
+                 open_blocks: Callable[[], Iterable[Any]] | None = None,
+                 roots: Callable[[], Iterable[int]] | None = None,
+                 trees: Callable[[], Iterable[tuple[str, int, Any]]] | None = None,
+                 local: Callable[[], Iterable[Any]] | None = None) -> None:
         self.exponential = exponential
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so
         # two runs of one service never collide and one run's processes share one instance.
@@ -195,121 +217,186 @@ class Metrics:
         self.gauges = gauges
         self.scalars = scalars
         self.dropped = dropped
-        self.hists: dict[tuple[str, str, int], _Hist] = {}
-        self._exemplar_ns: dict[tuple[str, str], int] = {}
+        self.hists: dict[tuple[int, str, int], _Hist] = {}
+        self._exemplar_ns: dict[tuple[int, str], int] = {}
+        self.paths = PathTable(metrics_paths.MAX_PATHS, self._overflow)
+        self.resolver = PathResolver(self.paths, open_blocks, roots)
+        # For the exported records: a parent not among them makes a block top-level.
+        self._exported_resolver = PathResolver(self.paths)
+        self._pending: list[tuple[Batch, int]] = []
+        # spans=off: (role, worker index, tree) of every stack, for per-path counters.
+        self.trees = trees
+        # This process's stacks' trees: its records of names with one path there need no
+        # parent lookups (`metrics_paths.unique_paths`).
+        self.local = local
         self._lock = threading.Lock()
         self.exports = 0
         self.last_bytes = 0
 
     # -- the flush thread ------------------------------------------------------------------
-    def observe(self, batches: Iterable[Batch], exemplars: bool) -> None:
-        """Count every timed block in `batches`; with `exemplars`, these records are also
-        what goes to the trace backend (no windows), so they may be exemplars. Vectorised
-        (numpy) per batch: the flush thread competes with training for the GIL."""
+    def _overflow(self, cap: int) -> None:
+        self.stats.warn_once("metrics-paths", f"more than {cap} distinct block paths: the "
+                             f"runs of further ones are counted under path={metrics_paths.OTHER!r}")
+
+    def observe(self, batches: Iterable[Batch], exemplars: bool, final: bool = False) -> None:
+        """Count every timed block in `batches` under its path; with `exemplars`, these
+        records are also what goes to the trace backend (no windows), so they may be
+        exemplars. Records whose parent is not known yet wait for the next call (`final`:
+        none waits). Vectorised (numpy) per batch: the flush thread competes with training
+        for the GIL."""
         import numpy as np
 
+        self.resolver.begin()
+        waiting, self._pending = self._pending, []
+        hurry = final or sum(len(b.records) for b, _ in waiting) > _MAX_PENDING
+        # New batches first: a waiting record's parent may be among them.
+        work = [(batch, 0) for batch in batches] + waiting
+        by_name: dict[str, int] | None = None
+        local, pid = self.local, os.getpid()
+        if local is not None and not any(b.resource.get(semconv.PROCESS_PID) == pid
+                                         for b, _ in waiting):
+            by_name = {}  # made when a batch of this process comes
+        for batch, rounds in work:
+            if not batch.records:
+                continue
+            mine = None
+            if (by_name is not None and local is not None and not rounds
+                    and batch.resource.get(semconv.PROCESS_PID) == pid):
+                if not by_name:
+                    by_name = metrics_paths.unique_paths(local(), self.paths)
+                mine = by_name
+            self._observe(np, batch, exemplars, rounds,
+                          hurry or rounds >= metrics_paths.ROUNDS, mine)
+
+    def _observe(self, np: Any, batch: Batch, exemplars: bool, rounds: int,
+                 last_chance: bool, by_name: dict[str, int] | None) -> None:
         bounds = _bounds_ns()
         width = len(BOUNDS) + 1
+        records = batch.records
+        role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+        index = _index(batch.resource)
+        pid = batch.resource.get(semconv.PROCESS_PID)
+        # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
+        # is 20x slower on large batches).
+        n = len(records)
+        extras = any(map(_EXTRA, records))
+        path_codes = self.resolver.resolve(np, pid if isinstance(pid, int) else 0, records,
+                                           last_chance, extras, batch.thread_names, by_name)
+        durations = (np.fromiter(map(_END, records), np.int64, n)
+                     - np.fromiter(map(_START, records), np.int64, n))
+        keep = path_codes >= 0
+        if not keep.all():
+            late = np.flatnonzero(~keep).tolist()
+            self._pending.append((Batch(batch.resource, batch.offset_ns,
+                                        [records[i] for i in late], batch.thread_names),
+                                  rounds + 1))
+        if extras:
+            skip = [i for i, r in enumerate(records) if r[7] is not None and not _is_block(r[7])]
+            keep[skip] = False
+        if keep.all():
+            positions = None
+        else:
+            positions = np.flatnonzero(keep)
+            path_codes, durations = path_codes[keep], durations[keep]
+        if not len(path_codes):
+            return
+        # Path codes are small (at most MAX_PATHS + 2): bincount over all of them, no sort.
+        codes = path_codes
+        kinds = len(self.paths.paths)
+        buckets = np.searchsorted(bounds, durations, side="left")
+        counts = np.bincount(codes * width + buckets, minlength=kinds * width)
+        totals = np.bincount(codes, weights=durations, minlength=kinds)
+        present = np.flatnonzero(np.bincount(codes, minlength=kinds))
+        exp = _exponential_counts(np, codes, durations) if self.exponential else {}
+        slowest: dict[int, int] = {}
+        if exemplars:
+            for code, where in _slowest(np, codes, durations).items():
+                slowest[code] = where if positions is None else int(positions[where])
+        with self._lock:
+            for k in present.tolist():
+                row = counts[k * width:(k + 1) * width]
+                key = (k, role, index)
+                hist = self.hists.get(key)
+                if hist is None:
+                    hist = self.hists[key] = _Hist()
+                hist.counts = [a + int(b) for a, b in zip(hist.counts, row, strict=True)]
+                hist.sum += float(totals[k]) * 1e-9
+                if self.exponential:
+                    zero, by_index = exp.get(k, (0, {}))
+                    hist.zero += zero
+                    for i, c in by_index.items():
+                        hist.exp[i] = hist.exp.get(i, 0) + c
+                at = slowest.get(k)
+                if at is not None:
+                    _offer(hist, records[at], batch.offset_ns)
+
+    def exported(self, batches: Iterable[Batch]) -> None:
+        """Exemplars from the spans the windows exported (ids of a kept window): per batch,
+        the slowest record of each path, its path found among the exported records (a kept
+        window is closed under parents) the way `observe` finds it, vectorised."""
+        import numpy as np
+
+        resolver = self._exported_resolver
+        pid = os.getpid()
+        by_name = None
         for batch in batches:
             records = batch.records
             if not records:
                 continue
-            role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
-            index = _index(batch.resource)
-            # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
-            # is 20x slower on large batches).
             n = len(records)
-            name_col = list(map(_NAME, records))
-            names = {name: k for k, name in enumerate(set(name_col))}
-            codes = np.fromiter(map(names.__getitem__, name_col), np.int64, n)
+            extras = any(map(_EXTRA, records))
+            mine = batch.resource.get(semconv.PROCESS_PID) == pid and self.local is not None
+            if mine and by_name is None and self.local is not None:
+                by_name = metrics_paths.unique_paths(self.local(), self.paths)
+            resolver.begin()  # a window's ids are its own: nothing carries over
+            codes = resolver.resolve(np, 0, records, True, extras, batch.thread_names,
+                                     by_name if mine else None)
             durations = (np.fromiter(map(_END, records), np.int64, n)
                          - np.fromiter(map(_START, records), np.int64, n))
-            skip = ([i for i, r in enumerate(records) if r[7] is not None and not _is_block(r[7])]
-                    if any(map(_EXTRA, records)) else [])
-            if skip:
-                keep = np.ones(len(records), bool)
-                keep[skip] = False
-                codes, durations = codes[keep], durations[keep]
-                positions = np.flatnonzero(keep)
-            else:
-                positions = None
-            if not len(codes):
-                continue
-            buckets = np.searchsorted(bounds, durations, side="left")
-            counts = np.bincount(codes * width + buckets, minlength=len(names) * width)
-            totals = np.bincount(codes, weights=durations, minlength=len(names))
-            exp = _exponential_counts(np, codes, durations) if self.exponential else {}
-            slowest: dict[int, int] = {}
-            if exemplars:
-                order = np.lexsort((durations, codes))
-                last = np.flatnonzero(np.diff(codes[order], append=-1) != 0)
-                for at in order[last]:
-                    slowest[int(codes[at])] = int(at if positions is None else positions[at])
+            positions = np.arange(n)
+            if extras:
+                keep = np.array([_is_block(r[7]) for r in records], bool)
+                codes, durations, positions = codes[keep], durations[keep], positions[keep]
+            role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
+            index = _index(batch.resource)
             with self._lock:
-                for name, k in names.items():
-                    row = counts[k * width:(k + 1) * width]
-                    if not row.any():
-                        continue
-                    key = (name, role, index)
-                    hist = self.hists.get(key)
-                    if hist is None:
-                        hist = self.hists[key] = _Hist()
-                    hist.counts = [a + int(b) for a, b in zip(hist.counts, row, strict=True)]
-                    hist.sum += float(totals[k]) * 1e-9
-                    if self.exponential:
-                        zero, by_index = exp.get(k, (0, {}))
-                        hist.zero += zero
-                        for i, c in by_index.items():
-                            hist.exp[i] = hist.exp.get(i, 0) + c
-                    at = slowest.get(k)
-                    if at is not None:
-                        _offer(hist, records[at], batch.offset_ns)
-
-    def exported(self, batches: Iterable[Batch]) -> None:
-        """Exemplars from the spans the windows exported (ids of a kept window)."""
-        with self._lock:
-            hists = self.hists
-            for batch in batches:
-                role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
-                index = _index(batch.resource)
-                offset = batch.offset_ns
-                for record in batch.records:
-                    if not _is_block(record[7]):
-                        continue
-                    hist = hists.get((record[2], role, index))
+                for code, at in _slowest(np, codes, durations).items():
+                    hist = self.hists.get((code, role, index))
                     if hist is not None:
-                        _offer(hist, record, offset)
+                        _offer(hist, records[int(positions[at])], batch.offset_ns)
 
     # -- export ----------------------------------------------------------------------------
     def collect(self, now_ns: int) -> list[Metric]:
         """Every metric's cumulative points now (exemplars are handed out once)."""
         start = self.start_ns
-        merged: dict[tuple[str, str], HistogramPoint] = {}
+        merged: dict[tuple[int, str], HistogramPoint] = {}
         per_worker: list[NumberPoint] = []
         runs: list[NumberPoint] = []
+        paths, leaves = self.paths.paths, self.paths.leaves
         with self._lock:
             items = list(self.hists.items())
             taken = []
-            for (name, role, index), hist in items:
-                attrs: Attributes = {"block": name, "role": role}
-                point = merged.get((name, role))
+            for (code, role, index), hist in items:
+                attrs: Attributes = {"block": leaves[code], "path": paths[code], "role": role}
+                point = merged.get((code, role))
                 if point is None:
-                    point = merged[(name, role)] = HistogramPoint(
+                    point = merged[(code, role)] = HistogramPoint(
                         attrs, BOUNDS, list(hist.counts), hist.sum, start, now_ns,
                         exemplars=[])
                 else:
                     point.counts = [a + b for a, b in zip(point.counts, hist.counts, strict=True)]
                     point.sum += hist.sum
                 if hist.exemplar is not None:
-                    taken.append((point, hist.exemplar))
+                    taken.append(((code, role), point, hist.exemplar))
                     hist.exemplar = None
-                worker: Attributes = {"block": name, "role": role, "worker": index}
+                worker: Attributes = {**attrs, "worker": index}
                 per_worker.append(NumberPoint(worker, hist.sum, now_ns, start))
                 runs.append(NumberPoint(worker, sum(hist.counts), now_ns, start))
-        for point, exemplar in taken:
+        if self.trees is not None:
+            per_worker, runs = self._tree_points(now_ns)
+        for key, point, exemplar in taken:
             # Exemplars of one series must come in time order (Prometheus refuses an older
             # one): a slow span that ended before the last one sent is not sent.
-            key = (str(point.attributes["block"]), str(point.attributes["role"]))
             if exemplar.time_ns <= self._exemplar_ns.get(key, 0):
                 continue
             self._exemplar_ns[key] = exemplar.time_ns
@@ -322,7 +409,7 @@ class Metrics:
                               self._exponential_points(merged, items, now_ns), "s",
                               duration.description)
         metrics = [
-            duration,
+            *([duration] if merged else []),
             Metric(BLOCK_SECONDS, "sum", per_worker, "s",
                    "total seconds in a timed block, per worker process"),
             Metric(BLOCK_RUNS, "sum", runs, "", "runs of a timed block, per worker process"),
@@ -363,17 +450,33 @@ class Metrics:
                                   "", "span records dropped (not in the histograms either)"))
         return metrics
 
-    def _exponential_points(self, merged: dict[tuple[str, str], HistogramPoint],
-                            items: list[tuple[tuple[str, str, int], _Hist]],
+    def _tree_points(self, now_ns: int) -> tuple[list[NumberPoint], list[NumberPoint]]:
+        """spans=off: per-path seconds and runs of every stack's aggregate tree."""
+        assert self.trees is not None
+        totals: dict[tuple[str, int], dict[int, list[float]]] = {}
+        for role, index, tree in self.trees():
+            metrics_paths.tree_totals(tree, self.paths, totals.setdefault((role, index), {}))
+        seconds, runs = [], []
+        paths, leaves = self.paths.paths, self.paths.leaves
+        for (role, index), by_path in totals.items():
+            for code, (count, total) in by_path.items():
+                attrs: Attributes = {"block": leaves[code], "path": paths[code], "role": role,
+                                     "worker": index}
+                seconds.append(NumberPoint(attrs, total, now_ns, self.start_ns))
+                runs.append(NumberPoint(attrs, int(count), now_ns, self.start_ns))
+        return seconds, runs
+
+    def _exponential_points(self, merged: dict[tuple[int, str], HistogramPoint],
+                            items: list[tuple[tuple[int, str, int], _Hist]],
                             now_ns: int) -> list[ExponentialPoint]:
         """The streams of `merged` as exponential points (same sums and exemplars)."""
-        buckets: dict[tuple[str, str], dict[int, int]] = {}
-        zeros: dict[tuple[str, str], int] = {}
-        for (name, role, _index), hist in items:
-            into = buckets.setdefault((name, role), {})
+        buckets: dict[tuple[int, str], dict[int, int]] = {}
+        zeros: dict[tuple[int, str], int] = {}
+        for (code, role, _index), hist in items:
+            into = buckets.setdefault((code, role), {})
             for i, c in list(hist.exp.items()):
                 into[i] = into.get(i, 0) + c
-            zeros[(name, role)] = zeros.get((name, role), 0) + hist.zero
+            zeros[(code, role)] = zeros.get((code, role), 0) + hist.zero
         points = []
         for key, point in merged.items():
             counts = buckets.get(key) or {}
@@ -393,7 +496,7 @@ class Metrics:
         """How many Prometheus series the block metrics make now (buckets + +Inf, _sum,
         _count per histogram point; seconds and runs per worker)."""
         with self._lock:
-            streams = {(name, role) for name, role, _ in self.hists}
+            streams = {(code, role) for code, role, _ in self.hists}
             workers = len(self.hists)
         per_stream = 1 if self.exponential else len(BOUNDS) + 3
         return len(streams) * per_stream + 2 * workers

@@ -152,10 +152,34 @@ def attach(rt: Any) -> MetricsExporter | None:
                                 and isinstance(r[4], int)]))
         return result
 
+    def roots() -> set[int]:
+        """Span ids top-level blocks hang under: the run span, each thread's base."""
+        result = {int(getattr(rt, "run_span_id", 0) or 0)}
+        for ids in rt.bases().values():
+            result.update(ids)
+        return result
+
+    def trees() -> list[tuple[str, int, Any]]:
+        """spans=off: (role, worker index, tree) of every stack of this process and of each
+        relaying worker (its last snapshot)."""
+        role, index = str(rt.role or MAIN_ROLE), int(rt.index or 0)
+        result: list[tuple[str, int, Any]] = [
+            (role, index, recorder.stack_contribution(st)) for st in recorder.all_stacks()]
+        for snap in rt._relayed():
+            at = snap.get("index")
+            for contribution in snap.get("contributions") or ():
+                result.append((str(snap.get("role") or "worker"),
+                               at if isinstance(at, int) else 0, contribution.get("tree")))
+        return result
+
     metrics = Metrics(resource=rt.resource, start_ns=rt.offset_ns + rt.start_ns,
                       stats=rt.stats, gauges=gauges, scalars=scalars,
                       dropped=rt.dropped_total,
-                      exponential=s.metrics_histogram == "exponential")
+                      exponential=s.metrics_histogram == "exponential",
+                      open_blocks=rt.open_blocks, roots=roots,
+                      local=lambda: [recorder.stack_contribution(st)
+                                     for st in recorder.all_stacks()],
+                      trees=None if rt.spans_on else trees)
     exporter = MetricsExporter(metrics, _transport_factory(s, endpoint, full, protocol),
                                s.metrics_interval, endpoint)
     pipeline = rt.pipeline
@@ -164,7 +188,8 @@ def attach(rt: Any) -> MetricsExporter | None:
 
     def transform(batches: list[Batch], final: bool) -> list[Batch]:
         try:
-            metrics.observe(batches, exemplars=windows is None)
+            if rt.spans_on:
+                metrics.observe(batches, exemplars=windows is None, final=final)
         except Exception as exc:  # a bug here must cost metrics, never spans
             rt.stats.warn_once(f"metrics-{type(exc).__name__}", f"metrics failed: {exc!r}")
         if windows is None:

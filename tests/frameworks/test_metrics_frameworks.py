@@ -53,6 +53,17 @@ def _check_run(prometheus: PrometheusServer, jaeger: JaegerServer, run_id: str, 
     expected = _block_counts(timers)
     busiest = max(counts, key=lambda b: counts[b])
     assert counts[busiest] == expected[busiest] > 10, (busiest, counts, expected)
+    # Per path: each is the block's path in its thread's tree, so the end of a path of the
+    # whole-run timers.json (which puts a thread's or worker's blocks under the block that
+    # started it); no path is unplaced, and the per-path runs add up to the per-block ones.
+    by_path = {(r["metric"]["path"], r["metric"]["block"]): float(r["value"][1])
+               for r in prometheus.query(f"sum by (path, block) "
+                                         f"(otel_rl_block_duration_seconds_count{{{run}}})")}
+    whole = {"/".join(path) for path, _node in walk(timers) if path}
+    for path, block in by_path:
+        assert path.split("/")[-1] == block
+        assert any(w == path or w.endswith("/" + path) for w in whole), (path, sorted(whole))
+    assert sum(n for (_p, b), n in by_path.items() if b == busiest) == counts[busiest]
     # histogram_quantile of that block: between the block's fastest and slowest run.
     (p50,) = prometheus.query(f"histogram_quantile(0.5, sum by (le) (otel_rl_block_duration_"
                               f'seconds_bucket{{{run},block="{busiest}"}}))')
