@@ -15,7 +15,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +119,9 @@ class LedgerState:
         self.lock = threading.Lock()
         self.received: dict[int, int] = {}
         self.died: dict[int, str] = {}
-        self.processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        #: Held until the worker's final report or its death was handled (the program may
+        #: drop its own reference as soon as `join()` returns).
+        self.processes: dict[int, Any] = {}
         self.parent_pid: int | None = None
         self.own: list[SinkQueue] | None = None
         #: In a relaying worker: its shared record count's file (`tallyfile`).
@@ -132,6 +133,9 @@ class LedgerState:
         #: Per worker pid: its latest batch's resource, offset, thread names and trace id,
         #: the shape of the cut-short spans the parent exports for it if it dies.
         self.shape: dict[int, tuple[Any, int, Any, int]] = {}
+        #: Records counted lost by `worker_lost` here (workers of this process that died);
+        #: a relaying worker reports it, the main process adds it from every report.
+        self.killed = 0
 
 
 def relayed(rt: Runtime, batch: Batch) -> None:
@@ -167,6 +171,7 @@ def snapshot_seen(rt: Runtime, snap: Snapshot) -> None:
         with workers.lock:
             workers.open_sids.pop(pid, None)
             workers.shape.pop(pid, None)
+            workers.processes.pop(pid, None)
         path = snap.get("tally")
         if isinstance(path, str):
             tallyfile.remove(path)
@@ -217,6 +222,8 @@ def worker_lost(rt: Runtime, pid: int) -> None:
     path = snap.get("tally")
     if isinstance(path, str) and tallyfile.count(path) == 0 and not received_any(rt, pid):
         tallyfile.remove(path)  # it recorded nothing (it said hello, then exited): no loss
+        with workers.lock:
+            workers.processes.pop(pid, None)
         return
     code = _exit_code(workers, pid)
     for _ in range(20):  # the socket closes a moment before the process is gone
@@ -251,6 +258,9 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         recorded = int(snap.get("recorded") or 0)
         lost = max(0, recorded - received)
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
+    with workers.lock:
+        workers.killed += lost
+        workers.processes.pop(pid, None)
     rt.stats.ledger.note(note)
     with rt.snapshots_lock:
         current = rt.snapshots.get(str(pid))
@@ -294,13 +304,18 @@ def before_final_flush(rt: Runtime) -> None:
     records reached this process (their span buffers were full) is lost for every sink
     here too. (Workers whose connection closed without a final snapshot were handled by
     `worker_lost`.)"""
-    dropped = 0
+    dropped = killed = 0
     for snap in rt._relayed():
         value = snap.get("dropped")
         if isinstance(value, int):
             dropped += value
+        value = snap.get("killed")
+        if isinstance(value, int):
+            killed += value
     rt.stats.add_dropped("buffer full", dropped, None,
                          "worker processes' span buffers were full")
+    # A worker's worker that died: its parent (a worker itself) counted it.
+    rt.stats.add_dropped("killed worker", killed, None, "a worker's own worker died")
 
 
 def shut_down(rt: Runtime) -> None:
@@ -328,6 +343,9 @@ def snapshot_extras(rt: Runtime) -> Snapshot:
     path = rt.ledger_state.tally
     if path is not None and rt.trace.sink is rt.pipeline.buffer:
         extras["tally"] = path
+    killed = rt.ledger_state.killed
+    if killed:
+        extras["killed"] = killed
     return extras
 
 

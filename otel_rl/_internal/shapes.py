@@ -126,6 +126,8 @@ class Snapshot(TypedDict, total=False):
     died: str
     #: The worker's shared record count (`tallyfile`), read by the parent if it is killed.
     tally: str
+    #: Records this worker counted lost because one of its own workers died.
+    killed: int
 
 
 class MainWorker(TypedDict):

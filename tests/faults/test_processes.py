@@ -106,6 +106,26 @@ def test_a_worker_killed_before_its_first_report_is_counted_too(tmp_path: Path) 
           f"blocks / delivered {blocks(spans)} / reported lost {killed} killed worker (exact)")
 
 
+def test_a_workers_own_worker_killed_is_counted_in_the_run(tmp_path: Path) -> None:
+    from tests.faults import nested_workload as nested
+
+    proc = subprocess.run([sys.executable, "-m", "tests.faults.nested_workload", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env())
+    assert proc.returncode == 0, proc.stderr
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
+    book = ledger(tmp_path)
+    assert book is not None
+    # Counted by the child (its worker), reported up in its snapshot.
+    assert book["upstream"] == {"killed worker": 2 * nested.AFTER}
+    assert blocks(spans) + 2 * nested.AFTER == nested.EXPECTED
+    file = book["sinks"]["file"]
+    assert file["delivered"] == len(spans) == file["recorded"] - 2 * nested.AFTER
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["complete"] is False and "killed by signal 9" in tree["notes"][0]
+    print(f"LEDGER sigkill of a worker's worker: expected {nested.EXPECTED} blocks / delivered "
+          f"{blocks(spans)} / reported lost {2 * nested.AFTER} killed worker (exact)")
+
+
 def _killed_pid(note: str) -> int:
     return int(note.split("(pid ")[1].split(")")[0])
 
