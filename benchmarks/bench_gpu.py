@@ -50,6 +50,7 @@ sys.path.insert(0, HERE)
 
 from _report import failed_checks_lines, finish, module_at_revision  # noqa: E402
 
+from otel_rl import timers  # noqa: E402, F401 (plugs GPU timing into the recorder)
 from otel_rl._internal import gpu, recorder  # noqa: E402
 
 Timer = Callable[..., Any]

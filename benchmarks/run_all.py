@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics")
+BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics",
+              "bench_relay", "bench_timing_switch")
 
 
 def _git_commit() -> str | None:

@@ -24,17 +24,16 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import propagation, runtime
 from otel_rl._internal.config import Compression, Histogram, Protocol, SpanPolicy, settings_doc
-from otel_rl._internal.propagation import attach_context, get_context, inject_env
-from otel_rl._internal.runtime import VERSION as __version__
-from otel_rl._internal.runtime import context_from_env
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from otel_rl._internal.errors import UserError
+    from otel_rl._internal.propagation import attach_context, get_context, inject_env
     from otel_rl._internal.readers import fetch_jaeger, fetch_tempo, read_spans_file
+    from otel_rl._internal.runtime import VERSION as __version__
+    from otel_rl._internal.runtime import context_from_env
     from otel_rl._internal.sdk_exporter import ThreadAttributesSpanProcessor, TimerTreeExporter
     from otel_rl._internal.spandata import SpanData
     from otel_rl._internal.tree import Tree, TreeNode
@@ -61,8 +60,15 @@ __all__ = [
     "shutdown",
 ]
 
-#: The read side, for scripts: imported on first use, so `import otel_rl` stays light.
+#: Imported on first use: `import otel_rl` loads neither the runtime nor the read side, so a
+#: command that only reads (``otel-rl tree``) never imports the hot path, and the recorder
+#: is loaded with the timers (`otel_rl.timers`).
 _LAZY = {
+    "__version__": "otel_rl._internal.runtime",
+    "attach_context": "otel_rl._internal.propagation",
+    "context_from_env": "otel_rl._internal.runtime",
+    "get_context": "otel_rl._internal.propagation",
+    "inject_env": "otel_rl._internal.propagation",
     "SpanData": "otel_rl._internal.spandata",
     "ThreadAttributesSpanProcessor": "otel_rl._internal.sdk_exporter",
     "TimerTreeExporter": "otel_rl._internal.sdk_exporter",
@@ -120,6 +126,8 @@ def configure(
 ) -> None:
     # The docstring is completed from the settings table below (one source for both).
     arguments = {name: value for name, value in locals().items() if value is not None}
+    from otel_rl._internal import propagation, runtime
+
     rt = runtime.configure(arguments)
     if rt.settings.propagate and not rt.settings.disabled:
         propagation.install()
@@ -145,12 +153,16 @@ configure.__doc__ = """Turn spans on for this process (and, automatically, its t
 def shutdown(timeout: float | None = None) -> None:
     """Flush spans, write ``timers.json``, stop. Idempotent; returns within `timeout` seconds
     (default: the ``shutdown_timeout`` setting). Also runs at interpreter exit."""
+    from otel_rl._internal import runtime
+
     runtime.shutdown(timeout)
 
 
 def force_flush(timeout: float = 10.0) -> None:
     """Export what is buffered now, waiting at most `timeout` seconds."""
     import time
+
+    from otel_rl._internal import runtime
 
     rt = runtime.active()
     if rt is not None:
@@ -163,4 +175,4 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'otel_rl' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), "VERSION" if name == "__version__" else name)

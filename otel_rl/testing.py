@@ -94,7 +94,7 @@ def capture_spans(*, deterministic: bool = True, step_ns: int = 1000,
         if deterministic:
             rt = runtime.active()
             assert rt is not None
-            rt.offset_ns = rt.pipeline.offset_ns = EPOCH_NS
+            rt.set_epoch_offset(EPOCH_NS)
         yield captured
     finally:
         runtime.shutdown()

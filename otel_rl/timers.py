@@ -36,6 +36,7 @@ from otel_rl._internal.recorder import (
     TimerStack,
     _thread_timer_stacks,
     hierarchical_timer,
+    set_gpu_opt_in,
     thread_stack,
     use_stack_lookup,
 )
@@ -61,6 +62,18 @@ FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 #: What ML-Agents names a block timed by a @timed stacked on another (its wrapper's qualname).
 _STACKED_NAME = "timed.<locals>.wrapped"
+
+
+def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
+    from otel_rl._internal import gpu as gpu_timing  # loaded when a block first asks for it
+
+    gpu_timing.opt_in(timer, name, gpu)
+
+
+# GPU timing subclasses the recorder's timer, so the recorder cannot import it; the timer's
+# public face plugs it in (every block, Sample Factory's and the integrations' too, is made
+# through this module).
+set_gpu_opt_in(_gpu_opt_in)
 
 
 def _get_thread_timer() -> TimerStack:
@@ -136,14 +149,7 @@ def set_gauge(name: str, value: float, timer_stack: TimerStack | None = None) ->
 
 def merge_gauges(gauges: dict[str, GaugeNode], timer_stack: TimerStack | None = None) -> None:
     """Merge gauges from another stack into `timer_stack` (default: this thread's)."""
-    timer_stack = timer_stack or _get_thread_timer()
-    for name, gauge in gauges.items():
-        if name in timer_stack.gauges:
-            timer_stack.gauges[name].merge(gauge)
-            counts = timer_stack.merged_gauge_counts
-            counts[name] = counts.get(name, 0) + gauge.count
-        else:
-            timer_stack.gauges[name] = gauge
+    (timer_stack or _get_thread_timer()).merge_gauges(gauges)
 
 
 def add_metadata(key: str, value: str, timer_stack: TimerStack | None = None) -> None:

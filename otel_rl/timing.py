@@ -153,18 +153,28 @@ _PICKLED_CONTEXT_STATE = (
 _NO_SWAP = object()
 
 
+#: `otel_rl._internal.components`, once otel_rl has been configured in this process.
+_components: Any = None
+
+
 def _enter_component(timing: Timing) -> Any:
     """Switch this thread to the component stack of `timing` (see `otel_rl._internal.
     components`) for one of its top-level blocks; returns the stack to switch back to."""
-    runtime = sys.modules.get("otel_rl._internal.runtime")
-    if runtime is None or runtime.current() is None:
-        return _NO_SWAP  # otel_rl not configured: nothing to place
+    components = _components
+    if components is None:
+        runtime = sys.modules.get("otel_rl._internal.runtime")
+        if runtime is None or runtime.current() is None:
+            return _NO_SWAP  # otel_rl not configured: nothing to place
+        components = _load_components()
+    return components.switch_to(str(dict.get(timing, "_name", "")), _NO_SWAP)
+
+
+def _load_components() -> Any:
+    global _components
     from otel_rl._internal import components
 
-    stack = components.stack_for(str(dict.get(timing, "_name", "")))
-    if stack is None:
-        return _NO_SWAP
-    return set_active_stack(stack)
+    _components = components
+    return components
 
 
 class TimingContext:

@@ -134,3 +134,16 @@ def test_receiver_counts_spans_sent_over_http_and_grpc() -> None:
             urllib.request.urlopen(bad, timeout=10)
         assert err.value.code == 400
         assert receiver.counts() == {"spans": 5, "requests": 4}
+
+
+def test_relay_and_timing_switch_benchmarks_check_their_results(smoke_run: dict[str, Any]
+                                                                 ) -> None:
+    """Issue 19's two benchmarks run from `run_all.py`: the relay's frames decode back to the
+    records that went in (now's and the earlier revision's, each with the other's), and every
+    Timing block of the switch benchmark is counted in timers.json."""
+    benches = smoke_run["results"]["benchmarks"]
+    for name in ("bench_relay", "bench_timing_switch"):
+        assert benches[name]["exit_status"] == 0, benches[name]["output"][-2000:]
+        summary = benches[name]["results"]["summary"]
+        assert summary["now"]["checks"] == []
+    assert benches["bench_relay"]["results"]["summary"]["now"]["bytes_per_record"] > 0

@@ -118,3 +118,101 @@ def test_the_runs_role_does_not_outlive_its_configure(tmp_path: Path) -> None:
     # run's own role came from the first run's Timing: it is not this run's.
     assert "Runner" not in {w["role"] for w in tree.get("workers", [])}
     assert "plain" in tree["children"]
+
+
+def test_a_known_component_is_found_again_only_in_its_own_run(tmp_path: Path) -> None:
+    """The switch's shortcut (a component made already) holds for its own run only: the same
+    thread and Timing name in a second `configure()` get a component of the second run, and
+    the thread's own stack is active again after every top-level block."""
+    from otel_rl._internal import recorder
+
+    def worker(steps: int, seen: list[bool]) -> None:
+        timing = Timing("Learner 0 profile")
+        own = recorder.thread_stack()
+        for _ in range(steps):
+            with timing.add_time("train"):
+                seen.append(recorder.thread_stack() is not own)
+            seen.append(recorder.thread_stack() is own)
+
+    for run_index, steps in enumerate((4, 6)):
+        out = tmp_path / str(run_index)
+        otel_rl.configure(output_dir=str(out), spans="all")
+        seen: list[bool] = []
+        runner = Timing("Runner profile")
+        with runner.timeit("main_loop"):
+            thread = threading.Thread(target=worker, args=(steps, seen))
+            thread.start()
+            thread.join()
+        otel_rl.shutdown()
+        assert seen == [True] * (2 * steps)
+        # This run's own component span, made in this run, holds this run's blocks.
+        spans = read_otlp_json_file(out / "spans.otlp.jsonl")
+        components = [s for s in spans if s.name == "Learner 0 profile"]
+        assert len(components) == 1
+        assert components[0].attributes[semconv.COMPONENT_ROLE] == "Learner"
+        trains = [s for s in spans if s.name == "train"]
+        assert len(trains) == steps
+        assert {s.parent_span_id for s in trains} == {components[0].span_id}
+        assert {s.trace_id for s in trains} == {components[0].trace_id}
+
+
+def test_a_thread_living_across_two_runs_gets_a_component_of_each(tmp_path: Path) -> None:
+    """A thread that outlives a `shutdown()` and times blocks again in the next run: its
+    component of the first run is not reused (its spans would point into the first run)."""
+    go = [threading.Event(), threading.Event()]
+    done = [threading.Event(), threading.Event()]
+
+    def worker() -> None:
+        timing = Timing("Learner 0 profile")
+        for run_index in range(2):
+            go[run_index].wait(10)
+            for _ in range(3 + run_index):
+                with timing.add_time("train"):
+                    pass
+            done[run_index].set()
+
+    thread: threading.Thread | None = None
+    for run_index in range(2):
+        out = tmp_path / str(run_index)
+        otel_rl.configure(output_dir=str(out), spans="all")
+        runner = Timing("Runner profile")
+        with runner.timeit("main_loop"):
+            if thread is None:
+                thread = threading.Thread(target=worker)
+                thread.start()
+            go[run_index].set()
+            assert done[run_index].wait(10)
+        otel_rl.shutdown()
+        spans = read_otlp_json_file(out / "spans.otlp.jsonl")
+        ids = {s.span_id for s in spans}
+        trains = [s for s in spans if s.name == "train"]
+        assert len(trains) == 3 + run_index
+        parents = {s.parent_span_id for s in trains}
+        assert parents <= ids, "a block hangs under a span of another run"
+        assert {s.name for s in spans if s.span_id in parents} == {"Learner 0 profile"}
+    assert thread is not None
+    thread.join(10)
+
+
+def test_component_spans_follow_the_test_clock() -> None:
+    # capture_spans swaps the recorder's clock for a deterministic one; the component block
+    # (opened by the Timing, closed at shutdown) reads the same clock as every other block.
+    from otel_rl.testing import EPOCH_NS, capture_spans
+
+    with capture_spans(step_ns=1000) as captured:
+        runner = Timing("Runner profile")
+        with runner.timeit("main_loop"):
+            worker = threading.Thread(target=rollout, args=(0, 3))
+            worker.start()
+            worker.join()
+    spans = {s.name: s for s in captured.spans}
+    component = spans["RolloutWorker_w0 profile"]
+    assert component.attributes[semconv.COMPONENT_ROLE] == "RolloutWorker"
+    readings = 1000 * 1000  # far more clock readings than this test makes
+    for span in captured.spans:
+        assert EPOCH_NS <= span.start_ns <= span.end_ns <= EPOCH_NS + readings, span.name
+        assert (span.start_ns - EPOCH_NS) % 1000 == 0 and (span.end_ns - EPOCH_NS) % 1000 == 0
+    steps = [s for s in captured.spans if s.name == "env_step"]
+    assert len(steps) == 3 and all(s.parent_span_id == component.span_id for s in steps)
+    assert component.start_ns < min(s.start_ns for s in steps)
+    assert component.end_ns > max(s.end_ns for s in steps)

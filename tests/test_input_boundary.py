@@ -1,4 +1,4 @@
-"""The input boundary's pieces (readers/boundary.py, jsonout.py): limits, strict JSON, deep
+"""The input boundary's pieces (readers/boundary.py, strictjson.py, jsonout.py): limits, strict JSON, deep
 documents, special files. The CLI-level contract is in test_fuzz_cli.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from otel_rl._internal import aggregates
+from otel_rl._internal import aggregates, strictjson
 from otel_rl._internal.errors import UserError
 from otel_rl._internal.jsonout import dumps
 from otel_rl._internal.readers import boundary
@@ -38,7 +38,7 @@ def test_the_explicit_stack_parser_reads_exactly_what_json_loads_reads() -> None
         value = _random_json(rng)
         for indent in (None, 2):
             text = json.dumps(value, indent=indent, ensure_ascii=bool(indent))
-            assert boundary._parse_deep(text, boundary.DEFAULT_LIMITS) == json.loads(text)
+            assert strictjson._parse_deep(text, strictjson.DEFAULT_LIMITS) == json.loads(text)
 
 
 def test_deep_documents_parse_up_to_the_limit_and_no_further() -> None:

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from otel_rl._internal import aggregates, config
+from otel_rl._internal import aggregates, config, procstate
 from otel_rl._internal import metrics as m
 from otel_rl._internal import metrics_export as mx
 from otel_rl._internal.otlp.records import Batch
@@ -367,7 +367,7 @@ def test_a_configured_run_exports_metrics_and_metrics_false_turns_them_off(
             got = {(s.trace_id, s.span_id) for s in otlp_receiver.spans()}
             assert (exemplar.trace_id.hex(), exemplar.span_id.hex()) in got
     finally:
-        runtime.reset_for_tests()
+        procstate.reset_for_tests()
 
 
 def test_no_endpoint_no_metrics(tmp_path: Path) -> None:
@@ -379,13 +379,12 @@ def test_no_endpoint_no_metrics(tmp_path: Path) -> None:
         rt = runtime.current()
         assert rt is not None and rt.metrics is None
     finally:
-        runtime.reset_for_tests()
+        procstate.reset_for_tests()
 
 
 def test_an_unreachable_metrics_endpoint_costs_training_nothing_and_is_said_once(
         otlp_receiver: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import otel_rl
-    from otel_rl._internal import runtime
     from tests.fixtures.jaeger import free_port
 
     try:
@@ -405,7 +404,7 @@ def test_an_unreachable_metrics_endpoint_costs_training_nothing_and_is_said_once
         said = [r.getMessage() for r in caplog.records if "metrics export" in r.getMessage()]
         assert len(said) == 1 and "the next export carries the totals" in said[0]
     finally:
-        runtime.reset_for_tests()
+        procstate.reset_for_tests()
 
 
 @pytest.mark.prometheus

@@ -7,14 +7,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 import otel_rl
-from otel_rl._internal import recorder, runtime
+from otel_rl._internal import procstate, recorder, runtime
 from otel_rl._internal.readers.otlp_json import read_otlp_json_file
 from otel_rl.timers import get_timer_tree, hierarchical_timer
+from tests.test_layers import module_graph
 
 PACKAGE = Path(otel_rl.__file__).parent
 
@@ -82,79 +84,15 @@ def test_reset_for_tests_forgets_the_run_and_every_stack(tmp_path: Path) -> None
     otel_rl.configure(spans="all", output_dir=str(tmp_path))
     with hierarchical_timer("kept_by_nobody"):
         pass
-    runtime.reset_for_tests()
+    runtime.reset_for_tests()  # the runtime's name for the one reset (procstate's)
     assert runtime.current() is None
     assert recorder.buffer_cap == 0 and recorder.on_new_stack is None
     assert recorder.all_stacks() == []
     assert "children" not in get_timer_tree()
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """otel_rl modules `module` imports anywhere (function bodies too), except under
-    ``if TYPE_CHECKING:``, which never runs."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for child in node.body for n in ast.walk(child))
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] == "otel_rl"}
-
-
-def _module_graph() -> dict[str, set[str]]:
-    modules: dict[str, Path] = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
-    return {name: {target for target in _imports(path, name)
-                   if target in modules and target != name}
-            for name, path in modules.items()}
-
-
-#: Lazy loads of an optional plugin that imports its loader back, allowed by name: GPU timing
-#: (`gpu` subclasses the recorder's timer) is loaded by the recorder only when a block asks.
-PLUGIN_LOADS = {("otel_rl._internal.recorder", "otel_rl._internal.gpu")}
-
-
-def test_otel_rl_modules_import_each_other_without_cycles() -> None:
-    graph = _module_graph()
-    for loader, plugin in PLUGIN_LOADS:
-        graph[loader].discard(plugin)
-    assert len(graph) > 40 and graph["otel_rl._internal.runtime"]
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    cycles: list[list[str]] = []
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for target in sorted(graph[name]):
-            if state.get(target) == 1:
-                cycles.append([*path[path.index(target):], target])
-            elif target not in state:
-                visit(target, [*path, target])
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert cycles == []
-
-
 def test_the_carrier_is_a_leaf() -> None:
-    graph = _module_graph()
+    graph = module_graph()
     assert graph["otel_rl._internal.carrier"] <= {"otel_rl._internal", "otel_rl._internal.log"}
     assert "otel_rl._internal.propagation" not in graph["otel_rl._internal.runtime"]
 
@@ -267,3 +205,87 @@ def test_sigterm_marked_while_the_workers_main_thread_sleeps_still_flushes_and_e
     assert json.loads(out) == -15
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert tree["children"]["start"]["children"]["worker_block"]["count"] == 1
+
+
+def _dirty_every_part() -> None:
+    """Leave state in every part that keeps some: a merge point, a component, a scalar, a
+    GPU pair waiting, and a run with a component open in a thread."""
+    from otel_rl._internal import components, gpu, metrics, placement
+    from otel_rl.timing import Timing
+
+    placement._places[(1, 2)] = ("somewhere",)
+    metrics.record_scalar("Environment/Reward", 1.0, 3)
+    pair = gpu.Pending(None, None, 0, recorder.TimerNode("gpu_block"), 7)
+    pair.state = gpu.GIVEN_UP
+    gpu.spans[7] = pair
+
+    def work() -> None:
+        with Timing("RolloutWorker_w0 profile").add_time("step"):
+            pass
+
+    with hierarchical_timer("main_loop"):
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+    assert components._stacks and placement.places() and metrics.scalar_state()
+
+
+def _part_state() -> dict[str, object]:
+    from otel_rl._internal import components, gpu, metrics, placement
+
+    return {"places": placement.places(), "components": len(components._stacks),
+            "scalars": metrics.scalar_state(), "gpu": len(gpu.spans)}
+
+
+CLEAN = {"places": [], "components": 0, "scalars": [], "gpu": 0}
+
+
+def test_one_fork_hook_runs_every_parts_reset_in_a_known_order(tmp_path: Path) -> None:
+    otel_rl.configure(output_dir=str(tmp_path), propagate=False)
+    from otel_rl._internal import components, gpu, metrics, placement  # noqa: F401 (registered)
+
+    # The runtime last: it may make the child a worker, which uses the other parts.
+    assert procstate.registered("after_in_child") == [
+        "placement", "components", "metrics", "gpu", "runtime"]
+    assert procstate.registered("before") == ["runtime"]
+    assert procstate.registered("for_tests")[0] == "runtime"  # shuts the run down first
+    # ...and it is the only fork hook otel_rl registers.
+    callers = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "register_at_fork":
+                callers.append(path.name)
+    assert callers == ["procstate.py"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_with_every_part_reset(tmp_path: Path) -> None:
+    otel_rl.configure(output_dir=str(tmp_path), propagate=False)
+    _dirty_every_part()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            os.write(write_end, json.dumps(_part_state()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    assert json.loads(data) == CLEAN
+    assert _part_state() != CLEAN  # the parent keeps its own
+
+
+def test_reset_for_tests_resets_every_part(tmp_path: Path) -> None:
+    otel_rl.configure(output_dir=str(tmp_path), propagate=False)
+    _dirty_every_part()
+    procstate.reset_for_tests()
+    assert _part_state() == CLEAN
+    assert runtime.current() is None and recorder.all_stacks() == []
+
+
+def test_an_unknown_part_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"add it to procstate\.ORDER"):
+        procstate.register("mystery", after_in_child=lambda: None)

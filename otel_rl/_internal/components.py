@@ -19,13 +19,12 @@ from __future__ import annotations
 import os
 import re
 import threading
-from time import perf_counter_ns
 from typing import Any
 
-from otel_rl._internal import recorder, runtime, semconv
+from otel_rl._internal import procstate, recorder, runtime, semconv
 from otel_rl._internal.recorder import Base, TimerStack
 
-__all__ = ["Component", "close_all", "role_of", "stack_for"]
+__all__ = ["Component", "close_all", "role_of", "stack_for", "switch_to"]
 
 _SUFFIX = re.compile(r"\s*profile\s*$", re.IGNORECASE)
 _ROLE = re.compile(r"[A-Za-z][A-Za-z]*")
@@ -55,7 +54,7 @@ class Component:
         self.name = name
         self.role, self.index = role_of(name)
         self.span_id = span_id
-        self.start_ns = perf_counter_ns()
+        self.start_ns = recorder.now_ns()  # the recorder's clock (a test's, in capture_spans)
 
 
 #: Sample Factory's default Timing name: a Timing nobody named is no component.
@@ -117,20 +116,41 @@ def stack_for(name: str) -> TimerStack | None:
     return comp
 
 
+def switch_to(name: str, unchanged: Any) -> Any:
+    """Make the component stack of the Timing `name` this thread's active stack for one of its
+    top-level blocks; returns the stack to switch back to (`recorder.set_active_stack`), or
+    `unchanged` where the block stays on the thread's own stack (see `stack_for`).
+
+    Runs at every top-level Timing block: a component made already is found with a few
+    lookups (no pid check: a forked child's `_owner` is None, so it takes the full path)."""
+    rt = runtime._rt
+    if rt is not None and rt is _owner and not rt.closed:
+        local = recorder._local
+        st = getattr(local, "stack", None)
+        if st is not None and st.component is None:
+            comp = _stacks.get((st.tid, name))
+            if comp is not None:
+                local.stack = comp
+                return st
+    stack = stack_for(name)
+    if stack is None:
+        return unchanged
+    return recorder.set_active_stack(stack)
+
+
 def _make(rt: runtime.Runtime, st: TimerStack, base: Base, name: str,
           inside: bool) -> TimerStack:
     path = tuple(base.path) + tuple(node.name for node in st.stack[1:])
     pid, tid = (st.pid, st.tid) if inside else (base.pid, base.tid)
     trace = st.trace if st.trace is not None else base.trace
     comp = TimerStack()
-    comp.base = Base(trace, st.span or base.span_id, path, pid, tid)
-    rt.adopt(comp)
+    rt.adopt(comp, base=Base(trace, st.span or base.span_id, path, pid, tid))
     component = comp.component = Component(name, recorder.new_span_id())
     comp.stack.append(comp.root.get_child(name))
     if comp.trace is not None:
         recorder.tally_add(1)  # a block from now on (a record at its end, or cut short)
         comp.trace.n += 1
-        comp.top = recorder.OpenBlock(component.span_id, comp.top, name, component.start_ns)
+        comp.push_open(component.span_id, name, component.start_ns)
     return comp
 
 
@@ -154,8 +174,7 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
                  semconv.COMPONENT_INDEX: component.index}
         buffer.append((component.span_id, base.span_id, component.name, component.start_ns,
                        end_ns, comp.tid, trace.trace_id, {"attrs": attrs}))
-        if getattr(comp.top, "_sid", None) == component.span_id:
-            comp.top = comp.top._up  # recorded: not open any more (not cut short)
+        comp.pop_open(component.span_id)  # recorded: not open any more (not cut short)
 
 
 def reset_after_fork() -> None:
@@ -166,4 +185,4 @@ def reset_after_fork() -> None:
     main_role = _owner = None
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+procstate.register("components", after_in_child=reset_after_fork, for_tests=reset_after_fork)

@@ -21,7 +21,6 @@ is given up after `timeout` (its events are not reused: the device may still wri
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -30,7 +29,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from otel_rl._internal import log, recorder, semconv
+from otel_rl._internal import log, procstate, recorder, semconv
 from otel_rl._internal.recorder import TimerNode, hierarchical_timer
 from otel_rl._internal.shapes import Record
 from otel_rl._internal.threads import Daemon, sleep, start_daemon, stopping
@@ -481,5 +480,4 @@ def _after_fork_in_child() -> None:
     reset()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+procstate.register("gpu", after_in_child=_after_fork_in_child, for_tests=reset)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from otel_rl._internal import metrics_paths, semconv
+from otel_rl._internal import metrics_paths, procstate, semconv
 from otel_rl._internal.metrics_paths import PathResolver, PathTable
 from otel_rl._internal.otlp.metrics import (
     Exemplar,
@@ -502,10 +502,5 @@ class Metrics:
         return len(streams) * per_stream + 2 * workers
 
 
-def _after_fork_in_child() -> None:
-    reset_scalars()  # the parent's values: a forked worker reports its own
-
-
-import os as _os  # noqa: E402
-
-_os.register_at_fork(after_in_child=_after_fork_in_child)
+# The parent's values: a forked worker reports its own.
+procstate.register("metrics", after_in_child=reset_scalars, for_tests=reset_scalars)

@@ -122,7 +122,7 @@ def attach(rt: Any) -> MetricsExporter | None:
     worker without a reachable relay), when the settings want them: hooks the pipeline's
     transform (every drained batch is observed; the windows' output gives exemplars) and its
     after-flush step (the export, every `metrics_interval` and at the final flush)."""
-    from otel_rl._internal import recorder, wholerun
+    from otel_rl._internal import contribute, recorder, wholerun
 
     s = rt.settings
     endpoint, full, protocol = endpoint_of(s)
@@ -133,7 +133,7 @@ def attach(rt: Any) -> MetricsExporter | None:
         return None
 
     def gauges() -> dict[str, Any]:
-        result = wholerun.stack_gauges(recorder.all_stacks())
+        result = contribute.stack_gauges(recorder.all_stacks())
         for snap in rt._relayed():
             for name, gauge in (snap.get("gauges") or {}).items():
                 wholerun.merge_gauge(result, name, gauge)

@@ -7,21 +7,18 @@ root under ``workers`` every step, `TrainerController` merges each trainer threa
 *started* the thread (``TrainerController._reset_env``, seconds long) is the wrong place for 30 s
 of ``trainer_advance``. So when the program merges a stack's root (`TimerNode.origin` says
 whose), the block it merges into becomes that stack's place: the whole-run tree and the tree
-rebuilt from spans (the run span carries the places, `semconv.PLACEMENTS`) put its blocks
-under it instead of under the starting block.
+rebuilt from spans (the run span carries the places, `semconv.PLACEMENTS`, in the form
+`places` reads and writes) put its blocks under it instead of under the starting block.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterable
 from typing import Any
 
-from otel_rl._internal import recorder
+from otel_rl._internal import procstate, recorder
 from otel_rl._internal.recorder import TimerNode
 
-__all__ = ["decode", "encode", "on_merge", "places"]
+__all__ = ["on_merge", "places"]
 
 #: (pid, thread id) -> the merge point's path from the root, first merge wins.
 _places: dict[tuple[int, int], tuple[str, ...]] = {}
@@ -44,36 +41,9 @@ def places() -> list[list[Any]]:
     return [[pid, tid, list(path)] for (pid, tid), path in list(_places.items())]
 
 
-def encode(items: list[list[Any]]) -> str:
-    return json.dumps(items, separators=(",", ":"))
-
-
-def decode(values: Iterable[Any]) -> dict[tuple[int, int], tuple[str, ...]]:
-    """Places from `encode`d strings or ``places()`` lists; malformed entries are skipped."""
-    result: dict[tuple[int, int], tuple[str, ...]] = {}
-    for value in values:
-        items = value
-        if isinstance(value, str):
-            try:
-                items = json.loads(value)
-            except ValueError:
-                continue
-        if not isinstance(items, list):
-            continue
-        for item in items:
-            try:
-                pid, tid, path = item
-                key = (int(pid), int(tid))
-                names = tuple(str(name) for name in path)
-            except (TypeError, ValueError):
-                continue
-            result.setdefault(key, names)
-    return result
-
-
 def reset_after_fork() -> None:
     """In a forked child the parent's merge points are the parent's."""
     _places.clear()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+procstate.register("placement", after_in_child=reset_after_fork, for_tests=reset_after_fork)

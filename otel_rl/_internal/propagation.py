@@ -87,8 +87,7 @@ class attach_context:
 def _task_stack(rt: Runtime, base: Base) -> TimerStack:
     """One stack per (thread, place in the tree): tasks from the same block share it."""
     stack = recorder.task_stack((base.path, base.pid, base.tid))
-    stack.base = base
-    rt.adopt(stack)
+    rt.adopt(stack, base=base)
     return stack
 
 

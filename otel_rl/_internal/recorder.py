@@ -15,6 +15,7 @@ is decided off the hot path (`windows.Windower`, in the pipeline).
 
 from __future__ import annotations
 
+import builtins
 import functools
 import itertools
 import math
@@ -27,7 +28,8 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
-from otel_rl._internal.node import TreeNode
+from otel_rl._internal import log
+from otel_rl._internal.node import Gauge, TreeNode
 from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
 
 TIMER_FORMAT_VERSION = "0.1.0"
@@ -115,6 +117,8 @@ class GaugeNode:
         self._timestamp = time.time()
 
     def merge(self, other: GaugeNode) -> None:
+        # ML-Agents' rule, for code that calls it (`timers.merge_gauges`); otel_rl's own
+        # merges use `node.Gauge.merge` (on a tie, the gauge merged in wins).
         if self._timestamp < other._timestamp:
             self.value = other.value
             self._timestamp = other._timestamp
@@ -125,6 +129,10 @@ class GaugeNode:
     def as_dict(self) -> GaugeDict:
         return {"value": self.value, "min": self.min_value, "max": self.max_value,
                 "count": self.count}
+
+    def as_gauge(self, count: int) -> Gauge:
+        """This gauge as otel_rl's one gauge form (`node.Gauge`), counting `count` updates."""
+        return Gauge(self.value, self.min_value, self.max_value, count, self._timestamp)
 
 
 class Base:
@@ -230,7 +238,7 @@ class TimerStack:
         # otel_rl's own state; never reset by `reset()`.
         self.run_start = perf_counter_ns()
         self.retired = TimerNode("root")
-        self.retired_gauges: dict[str, GaugeNode] = {}
+        self.retired_gauges: dict[str, Gauge] = {}
         self.merged_gauge_counts: dict[str, int] = {}
         self.dropped = 0
         # In a forked child: the names of the blocks that were open in the parent at the fork
@@ -253,6 +261,31 @@ class TimerStack:
     def span(self) -> int:
         """The span id new blocks in this stack hang under (0: none)."""
         return self.top._sid  # type: ignore[no-any-return]
+
+    def merge_gauges(self, gauges: dict[str, GaugeNode]) -> None:
+        """ML-Agents' `merge_gauges` into this stack (its rule: `GaugeNode.merge`), noting
+        what came from elsewhere so the whole run counts it once."""
+        for name, gauge in gauges.items():
+            if name in self.gauges:
+                self.gauges[name].merge(gauge)
+                counts = self.merged_gauge_counts
+                counts[name] = counts.get(name, 0) + gauge.count
+            else:
+                self.gauges[name] = gauge
+
+    def push_open(self, span_id: int, name: str, start_ns: int) -> None:
+        """Open a block that is not a `hierarchical_timer` (a Sample Factory component, open
+        for its whole life) as the stack's innermost: its blocks hang under it."""
+        self.top = OpenBlock(span_id, self.top, name, start_ns)
+
+    def pop_open(self, span_id: int) -> bool:
+        """Close the innermost open block if it is `span_id` (a `push_open` block that was
+        recorded, so not cut short at shutdown); whether it was."""
+        top = self.top
+        if top._sid != span_id or top._up is None:
+            return False
+        self.top = top._up
+        return True
 
     def open_blocks(self) -> list[tuple[int, int, str, int]]:
         """(span id, parent span id, name, start ns) of the blocks open now, innermost first.
@@ -626,18 +659,58 @@ def _mark_inherited(node: TimerNode) -> None:
         _mark_inherited(child)
 
 
+#: Stack traces already formatted, by `_error_key`: a block that keeps raising the same
+#: exception from the same place (``queue.Empty`` from a ``get(timeout=...)`` inside a timed
+#: wait, a Sample Factory inference worker's idle loop) formats it once, not at every exit.
+_formatted_stacks: dict[tuple[Any, ...], str] = {}
+_FORMATTED_STACKS_MAX = 256
+#: Exception groups format their members too (Python 3.11+; none before).
+_GROUPS: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(builtins, "BaseExceptionGroup", None),) if t is not None)
+
+
+def _error_key(exc_type: type[BaseException], exc: BaseException | None,
+               tb: TracebackType | None, message: str) -> tuple[Any, ...] | None:
+    """What decides an exception's formatted text — its type, message and the code object and
+    instruction of every traceback frame — or None where more does (a chained exception,
+    notes, a group)."""
+    if exc is None or exc.__cause__ is not None or exc.__context__ is not None or \
+            getattr(exc, "__notes__", None) or isinstance(exc, _GROUPS):
+        return None
+    places: list[Any] = [exc_type, message]
+    depth = 0
+    while tb is not None:
+        depth += 1
+        if depth > 64:
+            return None
+        places.append(tb.tb_frame.f_code)
+        places.append(tb.tb_lasti)  # the instruction: 3.11's carets mark its columns
+        tb = tb.tb_next
+    return tuple(places)
+
+
 def _error_extra(exc_type: type[BaseException], exc: BaseException | None,
                  tb: TracebackType | None) -> Extra:
-    import traceback
-
-    try:
-        stack = "".join(traceback.format_exception(exc_type, exc, tb))
-    except Exception:  # a broken __str__ must not break the training loop
-        stack = ""
     try:
         message = str(exc) if exc is not None else ""
     except Exception:
         message = "<unprintable>"
+    try:
+        key = _error_key(exc_type, exc, tb, message)
+    except Exception:
+        key = None
+    stack = _formatted_stacks.get(key) if key is not None else None
+    if stack is None:
+        import traceback
+
+        try:
+            stack = "".join(traceback.format_exception(exc_type, exc, tb))
+        except Exception:  # a broken __str__ must not break the training loop
+            stack = ""
+        if key is not None and stack:
+            if len(_formatted_stacks) >= _FORMATTED_STACKS_MAX:
+                _formatted_stacks.clear()
+            _formatted_stacks[key] = stack
     qualname = getattr(exc_type, "__qualname__", str(exc_type))
     module = getattr(exc_type, "__module__", "builtins")
     type_name = qualname if module == "builtins" else f"{module}.{qualname}"
@@ -782,10 +855,33 @@ def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
     hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
 
 
-def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
-    from otel_rl._internal import gpu as gpu_timing
+_said: set[str] = set()
 
-    gpu_timing.opt_in(timer, name, gpu)
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.warning("otel_rl: %s", message)
+
+
+def _no_gpu_timing(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
+    """Until `otel_rl.timers` plugs GPU timing in (on import): blocks are timed on the CPU,
+    and the first that asks says so."""
+    if gpu:
+        _say_once("no-gpu-plugin", f"GPU time asked for block {name!r} before otel_rl.timers "
+                                   "was imported (it plugs GPU timing in); timed on the CPU")
+
+
+#: GPU timing's opt-in (``(timer, name, gpu)``), called by `hierarchical_timer.__init__` when
+#: `gpu` is given or the `gpu_blocks` setting names blocks. A plugin above the recorder (`gpu`
+#: subclasses the timer), so it is plugged in from above (`set_gpu_opt_in`), never imported.
+_gpu_opt_in: Callable[[hierarchical_timer, str, bool | None], None] = _no_gpu_timing
+
+
+def set_gpu_opt_in(opt_in: Callable[[hierarchical_timer, str, bool | None], None]) -> None:
+    """Plug in GPU timing's opt-in (`otel_rl.timers`' loader of the `gpu` module)."""
+    global _gpu_opt_in
+    _gpu_opt_in = opt_in
 
 
 _plain_init = hierarchical_timer.__init__
@@ -897,14 +993,13 @@ def _retire(stack: TimerStack) -> None:
     if own is not None:
         merge_into(stack.retired, own, False)
     for name, gauge in stack.gauges.items():
-        merged = stack.merged_gauge_counts.get(name, 0)
+        # What this stack set itself (not what `merge_gauges` copied in), by the one rule.
+        mine = gauge.as_gauge(gauge.count - stack.merged_gauge_counts.get(name, 0))
         kept = stack.retired_gauges.get(name)
         if kept is None:
-            kept = stack.retired_gauges[name] = GaugeNode(gauge.value)
-            kept.count = 0
-            kept.min_value, kept.max_value = gauge.min_value, gauge.max_value
-        kept.merge(gauge)
-        kept.count -= merged
+            stack.retired_gauges[name] = mine
+        else:
+            kept.merge(mine)
 
 
 def stack_contribution(stack: TimerStack) -> TimerNode:

@@ -5,9 +5,9 @@ whole-run timers.json) or a *worker* (it continues a context handed down by a pa
 the parent's relay is reachable, ships its records and tree snapshots there).
 
 Process state lives here only: the current `Runtime` and its lock, the recorder's switches
-(through `recorder.arm` / `recorder.disarm`, called from nowhere else), the fork hook (always
-registered once a run starts: a forked child never keeps the parent's run), the SIGTERM and
-atexit handlers, and `reset_for_tests`. `propagation` patches the standard library on top of
+(through `recorder.arm` / `recorder.disarm`, called from nowhere else), its part of the one
+fork hook (`procstate`; registered once a run starts: a forked child never keeps the parent's
+run), the SIGTERM and atexit handlers, and its part of `procstate.reset_for_tests`. `propagation` patches the standard library on top of
 this module and asks it for carriers and workers; it writes none of this state.
 """
 
@@ -29,10 +29,13 @@ from otel_rl._internal import (
     aggregates,
     atomic,
     carrier,
+    contribute,
     jsonout,
     ledger_hooks,
     log,
     placement,
+    places,
+    procstate,
     recorder,
     semconv,
     threads,
@@ -229,7 +232,7 @@ class Runtime:
 
     def gauge_attributes(self) -> dict[str, Any]:
         """The run's gauges now (this process's, and its relaying workers' last snapshots)."""
-        gauges = wholerun.stack_gauges(recorder.all_stacks())
+        gauges = contribute.stack_gauges(recorder.all_stacks())
         with self.snapshots_lock:
             snapshots = list(self.snapshots.values())
         for top in snapshots:
@@ -331,9 +334,17 @@ class Runtime:
         if self.pipeline.sinks:
             self.pipeline.start()
 
-    def adopt(self, st: TimerStack, initial: bool = False) -> None:
-        """Give a stack its place in the run: the block that started its thread, if known."""
-        if initial:
+    def set_epoch_offset(self, offset_ns: int) -> None:
+        """What turns record times (the recorder's clock) into Unix epoch ns, for this run and
+        its exports (`otel_rl.testing`'s deterministic clock starts at a fixed epoch)."""
+        self.offset_ns = self.pipeline.offset_ns = offset_ns
+
+    def adopt(self, st: TimerStack, initial: bool = False, base: Base | None = None) -> None:
+        """Give a stack its place in the run: `base` when given (a task's or component's
+        stack, placed by who made it), else the block that started its thread, if known."""
+        if base is not None:
+            st.base = base
+        elif initial:
             st.base = self.base
         elif st.base is None:
             # Set by the patched Thread.start on a thread started inside a block.
@@ -393,8 +404,8 @@ class Runtime:
             children = list(self.snapshots.values())
         return {"pid": self.pid, "role": self.role or "worker",
                 "index": self.index if self.index is not None else 0,
-                "contributions": wholerun.contributions(stacks, self.base),
-                "gauges": wholerun.stack_gauges(stacks),
+                "contributions": contribute.contributions(stacks, self.base),
+                "gauges": contribute.stack_gauges(stacks),
                 "dropped": sum(st.dropped for st in stacks),
                 "placements": placement.places(),
                 # For the parent's windows (`auto`): blocks open now, and where this process's
@@ -466,16 +477,16 @@ class Runtime:
     def _final_span(self, end_ns: int) -> None:
         stacks = recorder.all_stacks()
         attrs: dict[str, Any] = {}
-        for name, g in wholerun.stack_gauges(stacks).items():
+        for name, g in contribute.stack_gauges(stacks).items():
             for key in ("value", "min", "max", "count"):
                 attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
         run_stack = self.run_stack
         if run_stack is not None and not self.is_worker:
             for key, value in self.run_metadata(run_stack).items():
                 attrs[f"{semconv.METADATA_PREFIX}{key}"] = str(value)
-        places = placement.places()
-        if places:
-            attrs[semconv.PLACEMENTS] = placement.encode(places)
+        placed = placement.places()
+        if placed:
+            attrs[semconv.PLACEMENTS] = places.encode(placed)
         tid = run_stack.tid if run_stack is not None else threading.get_ident()
         if self.is_worker:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
@@ -516,9 +527,9 @@ class Runtime:
             snapshots = list(self.snapshots.values())
         metadata = self.run_metadata(run_stack)
         ledger_metadata(metadata, self.stats)
-        return {"local": wholerun.contributions(stacks, self.base), "snapshots": snapshots,
+        return {"local": contribute.contributions(stacks, self.base), "snapshots": snapshots,
                 "root_total": (end_ns - run_stack.run_start) / 1e9,
-                "gauges": wholerun.stack_gauges(stacks), "metadata": metadata,
+                "gauges": contribute.stack_gauges(stacks), "metadata": metadata,
                 "places": placement.places(), "main": self._main_worker(run_stack),
                 "notes": list(self.notes)}
 
@@ -680,8 +691,10 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
         if not _fork_hook_registered:
             # Always, whatever `propagate` says: a forked child must never go on appending to
             # the parent's buffer, which nothing in the child drains.
-            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                                after_in_child=_after_fork_in_child)
+            procstate.register("runtime", before=_before_fork,
+                               after_in_parent=_after_fork_in_parent,
+                               after_in_child=_after_fork_in_child)
+            procstate.register_fork_hook_now()
             threads.wrap_os_fork()
             _fork_hook_registered = True
         if settings.handle_sigterm and not settings.disabled:
@@ -1026,9 +1039,9 @@ def _resend_wakeup(writer: socket.socket, signum: int) -> None:
         pass
 
 
-def reset_for_tests() -> None:
-    """Shut down and forget all process state: the runtime and every timer stack (tests only;
-    never while blocks are open)."""
+def _reset_for_tests() -> None:
+    """The runtime's part of `procstate.reset_for_tests`: shut down and forget the run and
+    every timer stack."""
     global _rt
     shutdown(5.0)
     with _lock:
@@ -1036,3 +1049,12 @@ def reset_for_tests() -> None:
     recorder.disarm()
     recorder.reset_for_tests()
     _fork.__dict__.clear()
+
+
+procstate.register("runtime", for_tests=_reset_for_tests)
+
+
+def reset_for_tests() -> None:
+    """`procstate.reset_for_tests`, the one reset for tests (kept here for tests written
+    against the runtime): every part's state, the runtime's first."""
+    procstate.reset_for_tests()

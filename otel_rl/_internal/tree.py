@@ -177,10 +177,10 @@ class Tree:
     def from_json(cls, text: str | bytes) -> Tree:
         """Read ``timers.json`` text; malformed JSON or schema is a `UserError`.
 
-        The text goes through the input boundary (strict, deep-safe JSON; see
-        ``readers.boundary``).
+        The text goes through the input boundary's strict, deep-safe JSON parser
+        (`strictjson`).
         """
-        from otel_rl._internal.readers.boundary import decode_text, parse_json
+        from otel_rl._internal.strictjson import decode_text, parse_json
 
         if isinstance(text, bytes):
             text = decode_text(text, "not a timers.json")

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl._internal import aggregates, placement, semconv
+from otel_rl._internal import aggregates, places, semconv
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Gauge, Tree, TreeNode, WorkerInfo
 
@@ -223,7 +223,7 @@ class _Builder:
             if role is not None:
                 self.main_worker = (str(role), _int(span.attributes.get(semconv.COMPONENT_INDEX),
                                                     0), _int(_ident(span)[0], 0))
-        self.places = placement.decode(
+        self.places = places.decode(
             s.attributes[semconv.PLACEMENTS] for s in self.run_spans + processes
             if semconv.PLACEMENTS in s.attributes
         )

@@ -4,6 +4,10 @@ started them, as ML-Agents' timers.json schema (plus a ``workers`` list for per-
 A process describes what it recorded as *contributions*: (path of the starting block,
 parallel flag, subtree). Workers send theirs to the parent as snapshots (cumulative, so the
 latest one replaces the previous, and a worker killed mid-run loses only its last interval).
+
+Pure: it reads no process state (this process's own stacks become contributions in
+`contribute`), so the read side (`aggregates`, rebuilding the tree from a trace's aggregate
+spans) builds the same tree without importing the hot path.
 """
 
 from __future__ import annotations
@@ -12,35 +16,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from otel_rl._internal.node import Gauge
-from otel_rl._internal.recorder import Base, GaugeNode, TimerStack, stack_contribution
 from otel_rl._internal.shapes import Contribution, GaugeDict, MainWorker, Snapshot, TimersDict
 
 if TYPE_CHECKING:
     # Imported where used: only the main process's shutdown builds a Tree, and the tree model
     # (dataclasses) would cost every worker milliseconds of start-up.
     from otel_rl._internal.tree import Tree, TreeNode, WorkerInfo
-
-
-def _gauge_dict(gauge: GaugeNode, count: int) -> GaugeDict:
-    return {"value": gauge.value, "min": gauge.min_value, "max": gauge.max_value,
-            "count": count, "ts": gauge._timestamp}
-
-
-def stack_gauges(stacks: Iterable[TimerStack]) -> dict[str, GaugeDict]:
-    """Gauges set in these stacks, without what `merge_gauges` copied between them."""
-    result: dict[str, GaugeDict] = {}
-    seen: set[int] = set()
-    for st in stacks:
-        for source, merged in ((st.retired_gauges, {}), (st.gauges, st.merged_gauge_counts)):
-            for name, gauge in list(source.items()):
-                if id(gauge) in seen:
-                    continue  # merge_gauges shares GaugeNode objects between stacks
-                seen.add(id(gauge))
-                count = gauge.count - merged.get(name, 0)
-                if count <= 0:
-                    continue
-                merge_gauge(result, name, _gauge_dict(gauge, count))
-    return result
 
 
 def merge_gauge(into: dict[str, GaugeDict], name: str, gauge: GaugeDict) -> None:
@@ -52,27 +33,6 @@ def merge_gauge(into: dict[str, GaugeDict], name: str, gauge: GaugeDict) -> None
     merged = Gauge.from_dict(mine)
     merged.merge(Gauge.from_dict(gauge))
     into[name] = merged.to_dict(ts=True)
-
-
-def contributions(stacks: Iterable[TimerStack], default_base: Base | None) -> list[Contribution]:
-    """What each stack recorded, placed under the block that started it."""
-    result: list[Contribution] = []
-    for st in stacks:
-        node = stack_contribution(st)
-        if not node.children:
-            continue
-        base = st.base or default_base
-        path = list(base.path) if base is not None else []
-        parallel = base is not None and (base.pid, base.tid) != (st.pid, st.tid)
-        contribution: Contribution = {"path": path, "parallel": parallel,
-                                      "tree": node,
-                                      "pid": st.pid, "tid": st.tid}
-        component = st.component
-        if component is not None:  # a Sample Factory Timing's component (see `components`)
-            contribution["component"] = {"name": component.name, "role": component.role,
-                                         "index": component.index}
-        result.append(contribution)
-    return result
 
 
 def _flatten(snapshot: Snapshot) -> Iterable[Snapshot]:
@@ -124,13 +84,13 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
           places: list[list[object]] | None = None,
           main: MainWorker | None = None, notes: list[str] | None = None) -> TimersDict:
     """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
-    from otel_rl._internal import placement
+    from otel_rl._internal import places as placements
     from otel_rl._internal.tree import Tree
 
     all_gauges = {name: g.copy() for name, g in gauges.items()}
     tree = Tree()
     snaps = [snap for top in snapshots for snap in _flatten(top)]
-    where = placement.decode([places or [], *(snap.get("placements") or [] for snap in snaps)])
+    where = placements.decode([places or [], *(snap.get("placements") or [] for snap in snaps)])
     for contribution in local:
         node = _place(tree, contribution, where)
         pid = int(contribution.get("pid") or 0)
