@@ -507,6 +507,7 @@ class Runtime:
                       self.trace.trace_id,
                       {"attrs": attrs})
         self.pipeline.buffer.append(record)
+        recorder.tally_add(1)
 
     def run_metadata(self, run_stack: TimerStack) -> dict[str, str]:
         """The run's metadata: the main thread's (ML-Agents' defaults and add_metadata) plus
