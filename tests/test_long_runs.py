@@ -230,6 +230,9 @@ def test_sigkilled_run_tree_from_jaeger_is_its_last_periodic_timers_json(
     assert rc == 3, err  # the run did not finish: not the whole run, and it says so
     assert from_jaeger is not None and from_jaeger["complete"] is False
     del from_jaeger["complete"], from_jaeger["notes"]
+    # The periodic timers.json says it too (issue 16: the main process never finished).
+    assert written.pop("complete") is False
+    assert "the main process never finished" in written.pop("notes")[0]
     assert_same_tree(from_jaeger, written)
     assert from_jaeger == written
     rc, _, err = tree_cli("--jaeger", jaeger.query_url, "--run-id", run_id,

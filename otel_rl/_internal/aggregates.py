@@ -147,6 +147,11 @@ class Collected:
         return result, notes
 
 
+#: Said when the main process's latest aggregate (or timers.json) is not its final one.
+MAIN_UNFINISHED = ("the main process never finished (killed, or still running): the tree "
+                   "holds what the run had recorded up to its last checkpoint")
+
+
 def build(collected: Collected) -> tuple[TimersDict, list[str]]:
     """The whole-run timers.json dict from collected aggregates, and notes on what it lacks."""
     from otel_rl._internal import wholerun
@@ -155,7 +160,9 @@ def build(collected: Collected) -> tuple[TimersDict, list[str]]:
     main = [p for p, _final, kind in latest if kind == "main"]
     # A worker's payload is its snapshot (see `Runtime.checkpoint`).
     workers: list[Snapshot] = [p for p, _final, kind in latest if kind != "main"]  # type: ignore[misc]
-    unfinished = sum(1 for _p, final, _k in latest if not final)
+    if any(not final for _p, final, kind in latest if kind == "main"):
+        notes.append(MAIN_UNFINISHED)
+    unfinished = sum(1 for _p, final, kind in latest if not final and kind != "main")
     if unfinished:
         notes.append(f"{unfinished} process(es) did not finish (killed, or still running): "
                      "the tree holds what they had recorded up to their last flush")

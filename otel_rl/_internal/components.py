@@ -148,6 +148,7 @@ def _make(rt: runtime.Runtime, st: TimerStack, base: Base, name: str,
     component = comp.component = Component(name, recorder.new_span_id())
     comp.stack.append(comp.root.get_child(name))
     if comp.trace is not None:
+        recorder.tally_add(1)  # a block from now on (a record at its end, or cut short)
         comp.trace.n += 1
         comp.push_open(component.span_id, name, component.start_ns)
     return comp

@@ -5,7 +5,10 @@ Every record the pipeline drains is *offered* to each sink; each sink then repor
 (the hot path's full buffer, a worker killed before it sent its records) are lost for every
 sink. So, per sink, once the pipeline has shut down::
 
-    recorded = delivered + sum(lost.values())
+    recorded = delivered + sum(lost.values()) + unconfirmed
+
+"Unconfirmed" records were sent whole and the answer did not come before the deadline: the
+collector may have them. They are said apart from the lost ones, never claimed lost.
 
 Counting happens where records are drained or exported (a few additions per batch), never on
 the training thread. `line` is the one line said at exit; `summary` goes into timers.json's
@@ -16,11 +19,14 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["REASONS", "Ledger"]
+__all__ = ["REASONS", "UNCONFIRMED", "Ledger"]
+
+#: Not a loss: sent, no answer before the deadline (see the module's docstring).
+UNCONFIRMED = "unconfirmed"
 
 #: Why records did not reach a sink. "error" covers anything else (an exporter's bug).
 REASONS = ("unreachable", "rejected", "timed out", "buffer full", "killed worker",
-           "disk full", "error")
+           "disk full", "error", UNCONFIRMED)
 
 
 class _Account:
@@ -92,15 +98,21 @@ class Ledger:
             if text not in self.notes:
                 self.notes.append(text)
 
-    def settle(self, name: str, reason: str, detail: str = "") -> int:
-        """Close sink `name`'s account: what was offered and is neither delivered nor lost
-        yet is lost for `reason` (shutdown's deadline); later reports are ignored. Returns
-        how many that was."""
+    def settle(self, name: str, reason: str, detail: str = "", unconfirmed: int = 0) -> int:
+        """Close sink `name`'s account: of what was offered and is neither delivered nor lost
+        yet, `unconfirmed` were sent and await their answer, the rest is lost for `reason`
+        (shutdown's deadline); later reports are ignored. Returns how many were lost."""
         with self._lock:
             account = self._account(name)
             if account.closed:
                 return 0
             left = account.offered - account.delivered - sum(account.lost.values())
+            unconfirmed = min(max(0, left), unconfirmed)
+            if unconfirmed:
+                account.lost[UNCONFIRMED] = account.lost.get(UNCONFIRMED, 0) + unconfirmed
+                account.detail[UNCONFIRMED] = (f"{name}: {unconfirmed} span(s) sent, no answer "
+                                               "before the shutdown deadline")
+                left -= unconfirmed
             if left > 0:
                 account.lost[reason] = account.lost.get(reason, 0) + left
                 if detail:
@@ -131,6 +143,7 @@ class Ledger:
                 for reason, n in account.lost.items():
                     lost[reason] = lost.get(reason, 0) + n
                 pending = account.offered - account.delivered - sum(account.lost.values())
+                unconfirmed = lost.pop(UNCONFIRMED, 0)
                 result[name] = {
                     "sink": account.label,
                     "recorded": account.offered + sum(upstream.values()),
@@ -138,6 +151,8 @@ class Ledger:
                     "lost": {reason: n for reason, n in lost.items() if n},
                     "pending": max(0, pending),
                 }
+                if unconfirmed:
+                    result[name]["unconfirmed"] = unconfirmed
             return result
 
     def lost_most(self) -> int:
@@ -146,6 +161,11 @@ class Ledger:
         if not totals:
             return sum(self.upstream.values())
         return max(sum(t["lost"].values()) for t in totals.values())  # type: ignore[attr-defined]
+
+    def unconfirmed(self) -> int:
+        """Records sent to some sink whose answer never came (the most of any sink)."""
+        return max((int(t.get("unconfirmed", 0)) for t in self.totals().values()),  # type: ignore[call-overload]
+                   default=0)
 
     def summary(self) -> dict[str, object]:
         """For timers.json (``otel_rl_ledger``): per sink totals, and losses before the sinks."""
@@ -156,23 +176,30 @@ class Ledger:
         """The exit line: what was lost and where; None when every sink got everything."""
         totals = self.totals()
         worst = self.lost_most()
-        if worst == 0:
+        if worst == 0 and not self.unconfirmed():
             return "; ".join(self.notes) or None
         parts = []
         for name, t in totals.items():
             lost: dict[str, int] = t["lost"]  # type: ignore[assignment]
             n = sum(lost.values())
             where = f"{name} {t['sink']}" if t["sink"] != name else name
-            if n == 0:
+            sent = int(t.get("unconfirmed", 0))  # type: ignore[call-overload]
+            unsure = f", {sent} unconfirmed (sent, no answer before the deadline)" if sent else ""
+            if n == 0 and not sent:
                 parts.append(f"{where}: all {t['recorded']} delivered")
                 continue
+            if n == 0:
+                parts.append(f"{where}: {t['delivered']} of {t['recorded']} delivered{unsure}")
+                continue
             reasons = ", ".join(f"{reason} {count}" for reason, count in lost.items())
-            parts.append(f"{where}: {n} of {t['recorded']} lost ({reasons})")
+            parts.append(f"{where}: {n} of {t['recorded']} lost ({reasons}){unsure}")
         if not totals:
             reasons = ", ".join(f"{reason} {count}" for reason, count in self.upstream.items())
             parts.append(f"no sink: {reasons}")
         details = [d for d in self._details() if d] + list(self.notes)
-        text = f"{worst} span(s) were not exported: " + "; ".join(parts)
+        head = (f"{worst} span(s) were not exported" if worst else
+                f"{self.unconfirmed()} span(s) were sent but not confirmed")
+        text = f"{head}: " + "; ".join(parts)
         if details:
             text += " [" + "; ".join(details) + "]"
         return text

@@ -2,9 +2,10 @@
 workers that died, workers whose parent is gone, and two runs sharing one output folder.
 
 Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` holds one
-`LedgerState` and calls `output_dir`, `relayed`, `worker_lost`, `before_final_flush`,
-`timers_written`, `ledger_metadata`, `snapshot_extras`, `watch_parent`, `parent_gone` and
-`orphaned` at the points their docstrings name.
+`LedgerState` and calls `output_dir`, `relayed`, `snapshot_seen`, `worker_lost`,
+`before_final_flush`, `checkpoint_inputs`, `timers_written`, `ledger_metadata`,
+`snapshot_extras`, `watch_parent`, `parent_gone`, `orphaned` and `shut_down` at the points
+their docstrings name. A relaying worker's exact record count lives in `tallyfile`.
 """
 
 from __future__ import annotations
@@ -14,22 +15,21 @@ import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import log
+from otel_rl._internal import log, tallyfile
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.records import Batch
     from otel_rl._internal.runtime import Runtime
-    from otel_rl._internal.shapes import Snapshot
+    from otel_rl._internal.shapes import Snapshot, TreeInputs
     from otel_rl._internal.sinks.base import Stats
     from otel_rl._internal.sinks.queue import SinkQueue
 
-__all__ = ["LedgerState", "before_final_flush", "ledger_metadata", "orphaned", "output_dir",
-           "parent_gone", "relayed", "snapshot_extras", "timers_written", "watch_parent",
-           "worker_lost"]
+__all__ = ["LedgerState", "before_final_flush", "checkpoint_inputs", "ledger_metadata",
+           "orphaned", "output_dir", "parent_gone", "relayed", "shut_down", "snapshot_extras",
+           "snapshot_seen", "timers_written", "watch_parent", "worker_lost"]
 
 #: Metadata keys of timers.json.
 DROPPED_KEY = "otel_rl_dropped_spans"
@@ -44,13 +44,23 @@ def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
     nothing has neither, so its timers.json equals the tree rebuilt from its spans."""
     ledger = stats.ledger
     worst = ledger.lost_most()
-    if worst or ledger.notes:
+    if worst or ledger.notes or ledger.unconfirmed():
         metadata[DROPPED_KEY] = str(worst)
         metadata[LEDGER_KEY] = json.dumps(ledger.summary(), separators=(",", ":"),
                                           sort_keys=True)
     else:
         metadata.pop(DROPPED_KEY, None)
         metadata.pop(LEDGER_KEY, None)
+
+
+def checkpoint_inputs(inputs: TreeInputs, final: bool) -> TreeInputs:
+    """The main process's timers.json before the run ends (a periodic checkpoint) says so: if
+    the process is then killed (SIGKILL, OOM) it is what stays, and readers call it partial."""
+    if final:
+        return inputs
+    from otel_rl._internal.aggregates import MAIN_UNFINISHED
+
+    return {**inputs, "notes": [*inputs.get("notes", ()), MAIN_UNFINISHED]}
 
 
 def timers_written(rt: Runtime, size: int) -> None:
@@ -109,9 +119,23 @@ class LedgerState:
         self.lock = threading.Lock()
         self.received: dict[int, int] = {}
         self.died: dict[int, str] = {}
-        self.processes: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        #: Held until the worker's final report or its death was handled (the program may
+        #: drop its own reference as soon as `join()` returns).
+        self.processes: dict[int, Any] = {}
         self.parent_pid: int | None = None
         self.own: list[SinkQueue] | None = None
+        #: In a relaying worker: its shared record count's file (`tallyfile`).
+        self.tally: str | None = None
+        #: In the main process: what the latest relayed batches of each worker recorded of
+        #: the blocks its snapshot said were open (their span ids), so that a worker that
+        #: dies is not given a cut-short copy of a block whose span already arrived.
+        self.open_sids: dict[int, set[int]] = {}
+        #: Per worker pid: its latest batch's resource, offset, thread names and trace id,
+        #: the shape of the cut-short spans the parent exports for it if it dies.
+        self.shape: dict[int, tuple[Any, int, Any, int]] = {}
+        #: Records counted lost by `worker_lost` here (workers of this process that died);
+        #: a relaying worker reports it, the main process adds it from every report.
+        self.killed = 0
 
 
 def relayed(rt: Runtime, batch: Batch) -> None:
@@ -124,6 +148,39 @@ def relayed(rt: Runtime, batch: Batch) -> None:
         if pid not in workers.received:
             _remember_process(workers, pid)
         workers.received[pid] = workers.received.get(pid, 0) + len(batch.records)
+        try:
+            records = batch.records
+            if records:
+                workers.shape[pid] = (batch.resource, batch.offset_ns, batch.thread_names,
+                                      int(records[-1][6]))
+            opened = workers.open_sids.get(pid)
+            if opened:  # blocks open at its last report that ended since
+                opened.difference_update([record[0] for record in records])
+        except (TypeError, IndexError, ValueError):
+            pass  # not records as this module knows them: no cut-short copies then
+
+
+def snapshot_seen(rt: Runtime, snap: Snapshot) -> None:
+    """A worker's snapshot arrived (the relay's thread): the blocks it says are open; a final
+    one means its tally file is no longer needed."""
+    pid = snap.get("pid")
+    if not isinstance(pid, int):
+        return
+    workers = rt.ledger_state
+    if snap.get("final"):  # it finished: nothing of it will be cut short or counted
+        with workers.lock:
+            workers.open_sids.pop(pid, None)
+            workers.shape.pop(pid, None)
+            workers.processes.pop(pid, None)
+        path = snap.get("tally")
+        if isinstance(path, str):
+            tallyfile.remove(path)
+        return
+    with workers.lock:
+        if pid not in workers.processes:  # (its exit code, once `join()` forgot it)
+            _remember_process(workers, pid)
+        workers.open_sids[pid] = {int(b[0]) for b in snap.get("open") or ()  # type: ignore[call-overload]
+                                  if isinstance(b, list) and b}
 
 
 def _remember_process(workers: LedgerState, pid: int) -> None:
@@ -162,6 +219,12 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         snap = rt.snapshots.get(str(pid))
     if snap is None or snap.get("final"):
         return
+    path = snap.get("tally")
+    if isinstance(path, str) and tallyfile.count(path) == 0 and not received_any(rt, pid):
+        tallyfile.remove(path)  # it recorded nothing (it said hello, then exited): no loss
+        with workers.lock:
+            workers.processes.pop(pid, None)
+        return
     code = _exit_code(workers, pid)
     for _ in range(20):  # the socket closes a moment before the process is gone
         if code is not None:
@@ -178,9 +241,26 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         note = (f"worker {role} (pid {pid}) died before it finished ({how}): its blocks since "
                 f"its last report are missing")
         workers.died[pid] = note
-    recorded = int(snap.get("recorded") or 0)
-    lost = max(0, recorded - received)
+    cut = _cut_short(rt, pid, snap, how)
+    counted = tallyfile.count(path) if isinstance(path, str) else None
+    if isinstance(path, str):
+        tallyfile.remove(path)
+    if counted is not None:
+        # Exact: everything it recorded (its open blocks included) that neither arrived, nor
+        # was dropped by its full buffer (counted from its report), nor is exported cut short.
+        lost = max(0, counted - received - int(snap.get("dropped") or 0) - cut)
+        note = (f"worker {role} (pid {pid}) died before it finished ({how}): {lost} of its "
+                f"block(s) since its last report were lost (counted)"
+                + (f", {cut} open block(s) exported cut short" if cut else ""))
+        with workers.lock:
+            workers.died[pid] = note
+    else:
+        recorded = int(snap.get("recorded") or 0)
+        lost = max(0, recorded - received)
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
+    with workers.lock:
+        workers.killed += lost
+        workers.processes.pop(pid, None)
     rt.stats.ledger.note(note)
     with rt.snapshots_lock:
         current = rt.snapshots.get(str(pid))
@@ -188,24 +268,85 @@ def worker_lost(rt: Runtime, pid: int) -> None:
             current["died"] = note
 
 
+def received_any(rt: Runtime, pid: int) -> bool:
+    with rt.ledger_state.lock:
+        return rt.ledger_state.received.get(pid, 0) > 0
+
+
+def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
+    """A dead worker's blocks that were open at its last report (and did not end since) as
+    spans ending now, marked cut short and why; returns how many."""
+    from otel_rl._internal import recorder, semconv
+    from otel_rl._internal.otlp.records import Batch
+
+    workers = rt.ledger_state
+    with workers.lock:
+        still = workers.open_sids.pop(pid, set())
+        shape = workers.shape.pop(pid, None)
+    if shape is None or not rt.spans_on:
+        return 0
+    resource, offset_ns, thread_names, trace_id = shape
+    end_ns = recorder.now_ns()
+    attrs = {semconv.CUT_SHORT: True, semconv.DIED: f"process died ({how})"}
+    records: list[Any] = []
+    for block in snap.get("open") or ():
+        if isinstance(block, list) and len(block) == 5 and block[0] in still:
+            sid, psid, name, start, tid = block
+            records.append((sid, psid, name, start, max(int(start), end_ns), tid,  # type: ignore[call-overload]
+                            trace_id, {"attrs": attrs}))
+    if records:
+        rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))
+    return len(records)
+
+
 def before_final_flush(rt: Runtime) -> None:
     """At shutdown, after the relay stopped: what relaying workers dropped before their
     records reached this process (their span buffers were full) is lost for every sink
     here too. (Workers whose connection closed without a final snapshot were handled by
     `worker_lost`.)"""
-    dropped = 0
+    dropped = killed = 0
     for snap in rt._relayed():
         value = snap.get("dropped")
         if isinstance(value, int):
             dropped += value
+        value = snap.get("killed")
+        if isinstance(value, int):
+            killed += value
     rt.stats.add_dropped("buffer full", dropped, None,
                          "worker processes' span buffers were full")
+    # A worker's worker that died: its parent (a worker itself) counted it.
+    rt.stats.add_dropped("killed worker", killed, None, "a worker's own worker died")
+
+
+def shut_down(rt: Runtime) -> None:
+    """At the end of shutdown: tally files are no longer needed; a worker removes its own
+    (its final report is out), the main process those of workers still running (they no
+    longer have anyone to read them; their mappings stay valid)."""
+    own = rt.ledger_state.tally
+    if own is not None:
+        tallyfile.remove(own)
+        rt.ledger_state.tally = None
+    for snap in rt._relayed():
+        path = snap.get("tally")
+        if isinstance(path, str):
+            tallyfile.remove(path)
+    if not rt.is_worker:
+        tallyfile.remove_run(rt.run_id)
 
 
 def snapshot_extras(rt: Runtime) -> Snapshot:
     """What a worker's snapshot adds for the parent's ledger: records it has recorded so far
-    (handed to its relay or still buffered) and whether this is its final word."""
-    return {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer), "final": rt.closed}
+    (handed to its relay or still buffered), whether this is its final word, and where its
+    shared record count is (a worker whose records are discarded has none to count)."""
+    extras: Snapshot = {"recorded": rt.pipeline.drained + len(rt.pipeline.buffer),
+                        "final": rt.closed}
+    path = rt.ledger_state.tally
+    if path is not None and rt.trace.sink is rt.pipeline.buffer:
+        extras["tally"] = path
+    killed = rt.ledger_state.killed
+    if killed:
+        extras["killed"] = killed
+    return extras
 
 
 # -- orphans ---------------------------------------------------------------------------------
@@ -217,6 +358,15 @@ def watch_parent(rt: Runtime) -> None:
         return
     rt.ledger_state.parent_pid = os.getppid()
     client.on_broken = lambda batches: orphaned(rt, batches)
+    if rt.ctx is not None and not rt.ctx.sampled:
+        return  # its records are discarded: nothing for the parent to count
+    path = rt.ledger_state.tally = tallyfile.share(rt.run_id)
+    if path is not None:
+        # A first word at once, so that a worker killed before its first flush is known to
+        # the parent (by pid) and counted too.
+        client.send_snapshot({"pid": os.getpid(), "role": rt.role or "worker",
+                              "index": rt.index if rt.index is not None else 0,
+                              "recorded": 0, "final": False, "tally": path})
 
 
 def parent_gone(rt: Runtime) -> bool:
@@ -248,6 +398,9 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
                    for sink in sinks for queue in rt.pipeline.queues[:1]]
             rt.ledger_state.own = own
+            if rt.ledger_state.tally is not None:  # nobody reads it any more
+                tallyfile.remove(rt.ledger_state.tally)
+                rt.ledger_state.tally = None
             rt.pipeline.queues.extend(own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence, Sequence
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
@@ -220,8 +220,8 @@ class TimerStack:
     """All the time spent in one thread (or an explicitly passed stack)."""
 
     __slots__ = ("base", "component", "dropped", "fork_path", "gauges", "merged_gauge_counts",
-                 "metadata", "pid", "retired", "retired_gauges", "root", "run_start", "stack",
-                 "start_time", "tid", "tname", "top", "trace")
+                 "metadata", "pid", "retired", "retired_gauges", "root", "run_start", "slot",
+                 "stack", "start_time", "tid", "tname", "top", "trace")
 
     def __init__(self) -> None:
         current = threading.current_thread()
@@ -253,6 +253,8 @@ class TimerStack:
         # nested in) down to an `OpenRoot`: parent span ids, and what is still open at a
         # window's close or at shutdown.
         self.top: Any = OpenRoot(0)
+        #: This stack's counter in `tally` (set by `_register_stack`).
+        self.slot = TALLY_SLOTS - 1
         _register_stack(self)
 
     @property
@@ -411,7 +413,24 @@ on_new_stack: Callable[[TimerStack], None] | None = None
 on_merge: Callable[[TimerNode, tuple[int, int]], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 while disarmed.
 buffer_cap = 0
-_ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
+#: What this process has recorded, kept where its parent can read it if it is killed: a
+#: relaying worker points this at a shared file mapping (`otel_rl._internal.tallyfile`).
+#: Slot 0: records appended outside a timed block (`tally_add`); slot 1: the first span id
+#: of `_ids` (which only timed blocks draw from); slot 2 on: per stack, the span id of its
+#: latest block (one store per block, in the entering thread, no lock: a stack is one
+#: thread's). Blocks entered = the highest of those - slot 1 + 1. Stacks past the last slot
+#: share it (more than TALLY_SLOTS - 3 threads).
+TALLY_SLOTS = 4096
+FIRST_STACK_SLOT = 2
+#: A list here; a ctypes array over the shared file in a relaying worker (of the shared
+#: kinds measured, its store of a 62-bit id was the cheapest: a memoryview "Q" store is slower).
+tally: MutableSequence[int] = [0] * TALLY_SLOTS
+_next_slot = FIRST_STACK_SLOT
+_tally_lock = threading.Lock()
+_ids = itertools.count(0)  # set by `reseed_ids` below
+#: Span ids of everything but timed blocks (the run, aggregates, components), so that `_ids`
+#: counts blocks. Both start at random 62-bit points: their ranges never meet in practice.
+_other_ids = itertools.count(0)
 _random: Any = None
 
 
@@ -431,8 +450,11 @@ def disarm() -> None:
 
 
 def _register_stack(stack: TimerStack) -> None:
+    global _next_slot
     with _registry_lock:
         _all_stacks.append(stack)
+        stack.slot = min(_next_slot, TALLY_SLOTS - 1)
+        _next_slot += 1
     hook = on_new_stack
     if hook is not None:
         hook(stack)
@@ -494,7 +516,8 @@ def task_stack(key: tuple[object, ...]) -> TimerStack:
 
 
 def new_span_id() -> int:
-    return next(_ids)  # starts below 2**62: never 0, never past 64 bits
+    """A span id for anything but a timed block."""
+    return next(_other_ids)  # starts below 2**62: never 0, never past 64 bits
 
 
 def _random_trace_id() -> int:
@@ -526,17 +549,68 @@ def swap_clock_and_ids(clock: Callable[[], int], span_ids: itertools.count[int],
                                                      IdSource]:
     """Replace the clock (perf_counter_ns), the span id sequence and the trace id source;
     returns the previous three (for `otel_rl.testing`'s deterministic mode)."""
-    global perf_counter_ns, _ids, _trace_ids
+    global perf_counter_ns, _ids, _trace_ids, _other_ids
     previous = (perf_counter_ns, _ids, _trace_ids)
+    if _swapped and _swapped[-1][0] is span_ids:  # swapping back
+        _other_ids = _swapped.pop()[1]
+    else:  # one sequence for every span: deterministic
+        _swapped.append((_ids, _other_ids))
+        _other_ids = span_ids
     perf_counter_ns, _ids, _trace_ids = clock, span_ids, trace_ids
     return previous
 
 
+_swapped: list[tuple[itertools.count[int], itertools.count[int]]] = []
+
+
 def reseed_ids() -> None:
     """After a fork: fresh id sequences so parent and child never collide."""
-    global _ids, _random
+    global _ids, _other_ids, _random
     _random = None
-    _ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
+    first = int.from_bytes(os.urandom(8), "big") >> 2 | 1
+    _ids = itertools.count(first)
+    tally[1] = first
+    _other_ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
+
+
+reseed_ids()
+
+
+def use_tally(slots: MutableSequence[int]) -> None:
+    """Count in `slots` from now on (what was counted so far is copied into it): timed
+    blocks store their span ids there (`_tallied_enter`)."""
+    global tally
+    slots[:] = tally
+    tally = slots
+    _swap_enter(_tallied_enter)
+
+
+def _swap_enter(enter: Callable[[hierarchical_timer], TimerNode]) -> None:
+    """Make `enter` the plain `__enter__` (what `use_stack_lookup`'s wraps, too)."""
+    global _plain_enter
+    if hierarchical_timer.__enter__ is _plain_enter:
+        hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
+    _plain_enter = enter
+
+
+def tallied() -> int:
+    """Records this process has recorded (ended, dropped or still open) by `tally`."""
+    return tallied_in(tally)
+
+
+def tallied_in(slots: Sequence[int]) -> int:
+    """The count a tally holds (`tallied`; the parent reads a dead worker's with it)."""
+    last = max(slots[FIRST_STACK_SLOT:])
+    blocks = last - slots[1] + 1 if last >= slots[1] > 0 else 0
+    return int(slots[0]) + blocks
+
+
+def tally_add(n: int) -> None:
+    """`n` records appended to the buffer outside a timed block (slot 0)."""
+    if n <= 0:
+        return
+    with _tally_lock:
+        tally[0] += n
 
 
 def reset_after_fork() -> TimerStack:
@@ -544,9 +618,14 @@ def reset_after_fork() -> TimerStack:
     as with ML-Agents (the child's `get_timer_tree()` starts from a copy of the parent's). What
     that copy holds is the parent's: it is marked as merged-in, so the child's whole-run
     contribution holds only what the child records itself."""
-    global _registry_lock, _generation
+    global _registry_lock, _generation, tally, _tally_lock, _next_slot
     _registry_lock = threading.Lock()
     _generation += 1
+    # The parent's counters (maybe its shared file) are not the child's to count in.
+    tally = [0] * TALLY_SLOTS
+    _swap_enter(_untallied_enter)
+    _tally_lock = threading.Lock()
+    _next_slot = FIRST_STACK_SLOT + 1
     ident = threading.get_ident()
     survivor = _thread_timer_stacks.get(ident)
     _all_stacks.clear()
@@ -566,6 +645,7 @@ def reset_after_fork() -> TimerStack:
     survivor.base = None
     survivor.trace = None
     survivor.top = OpenRoot(0)
+    survivor.slot = FIRST_STACK_SLOT
     _thread_timer_stacks[ident] = survivor
     _all_stacks.append(survivor)
     return survivor
@@ -725,7 +805,38 @@ class hierarchical_timer:
         return cast(FuncT, wrapped)
 
 
-_plain_enter = hierarchical_timer.__enter__
+def _tallied_enter(self: hierarchical_timer) -> TimerNode:
+    """`hierarchical_timer.__enter__` plus one store: the block's span id in `tally`, for a
+    relaying worker (`use_tally`); the main process never pays for it. Line for line the same
+    otherwise (`tests/faults/test_tally.py` compares the two)."""
+    st = self._stack
+    if st is None:
+        try:
+            st = _local.stack
+        except AttributeError:
+            st = thread_stack()
+    name = self._name
+    # The frames list is kept, not looked up again at exit: if the stack is reset (or
+    # replaced after a fork) meanwhile, this block pops its own list, never the new one.
+    frames = self._frames = st.stack
+    children = frames[-1].children
+    node = children.get(name)
+    if node is None:
+        node = children[name] = TimerNode(name)
+    frames.append(node)
+    self._node = node
+    tr = st.trace
+    if tr is not None:
+        self._st = st
+        self._up = st.top
+        st.top = self
+        tally[st.slot] = self._sid = next(_ids)
+    self._tr = tr
+    self._start = perf_counter_ns()
+    return node
+
+
+_untallied_enter = _plain_enter = hierarchical_timer.__enter__
 
 
 def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
@@ -903,8 +1014,10 @@ def stack_contribution(stack: TimerStack) -> TimerNode:
 
 def reset_for_tests() -> None:
     """Forget every stack (tests only; never while blocks are open)."""
-    global _generation
+    global _generation, tally
     _generation += 1
+    tally = [0] * TALLY_SLOTS
+    _swap_enter(_untallied_enter)
     with _registry_lock:
         _all_stacks.clear()
     _thread_timer_stacks.clear()

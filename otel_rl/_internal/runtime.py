@@ -381,6 +381,7 @@ class Runtime:
     def on_snapshot(self, snapshot: Snapshot) -> None:
         with self.snapshots_lock:
             self.snapshots[f"{snapshot.get('pid')}"] = snapshot
+        ledger_hooks.snapshot_seen(self, snapshot)
 
     def ensure_relay(self) -> str | None:
         """The address children relay to, starting the server on first need."""
@@ -446,7 +447,7 @@ class Runtime:
         else:
             inputs = self.tree_inputs(end_ns)
             payload, kind = inputs, "main"
-            tree = wholerun.build(**inputs)
+            tree = wholerun.build(**ledger_hooks.checkpoint_inputs(inputs, final))
         self.emit_aggregate(payload, kind, final, end_ns)
         self.pending_timers = tree if self.output_dir else None
 
@@ -470,6 +471,7 @@ class Runtime:
                     attrs[semconv.WINDOWS] = sorted(self.windower.kept)
             self.pipeline.buffer.append((recorder.new_span_id(), run_span, aggregates.NAME,
                                          end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
+            recorder.tally_add(1)
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:
@@ -505,6 +507,7 @@ class Runtime:
                       self.trace.trace_id,
                       {"attrs": attrs})
         self.pipeline.buffer.append(record)
+        recorder.tally_add(1)
 
     def run_metadata(self, run_stack: TimerStack) -> dict[str, str]:
         """The run's metadata: the main thread's (ML-Agents' defaults and add_metadata) plus
@@ -594,6 +597,7 @@ class Runtime:
             ledger_metadata(tree["metadata"], self.stats)
             if tree["metadata"] != before:
                 self._write_timers_dict(tree, quiet=True)
+        ledger_hooks.shut_down(self)
         self._report()
         self.finished = True
 

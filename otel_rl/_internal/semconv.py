@@ -71,6 +71,8 @@ WINDOW_CUT_NS = "otel_rl.window.cut_ns"
 CONTINUATION = "otel_rl.continuation"
 #: A block still open at shutdown or SIGTERM, ended there (not a tree count).
 CUT_SHORT = "otel_rl.cut_short"
+#: On a block cut short because its process died: how (exported by the parent).
+DIED = "otel_rl.died"
 AGGREGATE_SOURCE = "otel_rl.aggregate.source"
 AGGREGATE_SEQ = "otel_rl.aggregate.seq"
 AGGREGATE_PART = "otel_rl.aggregate.part"

@@ -124,6 +124,10 @@ class Snapshot(TypedDict, total=False):
     recorded: int
     final: bool
     died: str
+    #: The worker's shared record count (`tallyfile`), read by the parent if it is killed.
+    tally: str
+    #: Records this worker counted lost because one of its own workers died.
+    killed: int
 
 
 class MainWorker(TypedDict):

@@ -33,6 +33,8 @@ class Collector:
         self.status = status
         self.retry_after = retry_after
         self.accepted = 0
+        #: Spans of every request read whole, answered or not (what the collector has).
+        self.received = 0
         self.requests = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
@@ -89,6 +91,7 @@ class Collector:
                             for ss in rs.scope_spans)
                 with self.lock:
                     self.requests += 1
+                    self.received += spans
                     fast = self.requests <= self.fast_first
                 if fast:
                     payload = ExportTraceServiceResponse().SerializeToString()

@@ -43,9 +43,9 @@ def check_otlp(book: dict, recorded: int, accepted: int, reason: str | None) -> 
     otlp = book["sinks"]["otlp"]
     assert otlp["recorded"] == recorded
     assert otlp["delivered"] == accepted
-    assert otlp["delivered"] + lost(otlp) == recorded
+    assert otlp["delivered"] + lost(otlp) + otlp.get("unconfirmed", 0) == recorded
     if reason is not None:
-        assert set(otlp["lost"]) == {reason}
+        assert set(otlp["lost"]) <= {reason}  # (all of it may be unconfirmed)
     return otlp
 
 
@@ -84,12 +84,16 @@ def test_collector_that_never_answers_keeps_the_deadline(tmp_path: Path) -> None
     with collector("never") as c:
         proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
                                      str(BLOCKS), "--shutdown-timeout", "2")
+        received = c.received
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
     recorded = check_file(tmp_path, book)
     otlp = check_otlp(book, recorded, 0, "timed out")
+    # The request it read and never answered: unconfirmed, exactly what it holds.
+    assert otlp["unconfirmed"] == received > 0
     print(shutdown_time(proc.stderr))
-    print(f"LEDGER never: expected {recorded} / otlp delivered 0 / lost {lost(otlp)}")
+    print(f"LEDGER never: expected {recorded} / otlp delivered 0 / lost {lost(otlp)} / "
+          f"unconfirmed {otlp['unconfirmed']} (the collector received {received})")
 
 
 @pytest.mark.parametrize("retry_after", [None, 8])
@@ -137,14 +141,21 @@ def test_collector_slower_than_the_deadline(tmp_path: Path, mode: str) -> None:
                    fast_first=1 if mode == "keepalive" else 0) as c:
         proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks",
                                str(BLOCKS), "--shutdown-timeout", "2")
-        accepted = c.accepted
+        accepted, received = c.accepted, c.received
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
     recorded = check_file(tmp_path, book)
     otlp = check_otlp(book, recorded, accepted, "timed out")
     assert (accepted > 0) == (mode == "keepalive")
+    # The request on the wire when the deadline came is "unconfirmed", not lost: the
+    # collector has exactly those spans beyond the ones it answered.
+    assert otlp["unconfirmed"] > 0
+    assert received == accepted + otlp["unconfirmed"]
+    (line,) = exit_lines(proc.stderr)
+    assert f"{otlp['unconfirmed']} unconfirmed (sent, no answer before the deadline)" in line
     print(shutdown_time(proc.stderr))
-    print(f"LEDGER {mode}: expected {recorded} / otlp delivered {accepted} / lost {lost(otlp)}")
+    print(f"LEDGER {mode}: expected {recorded} / otlp delivered {accepted} / lost {lost(otlp)}"
+          f" / unconfirmed {otlp['unconfirmed']} (the collector received {received})")
 
 
 def test_small_buffer_with_a_slow_collector_counts_buffer_full_for_it_only(
@@ -153,7 +164,7 @@ def test_small_buffer_with_a_slow_collector_counts_buffer_full_for_it_only(
         proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks", str(BLOCKS),
                                "--shutdown-timeout", "3", "--max-buffer", "1000",
                                "--flush", "0.05")
-        accepted = c.accepted
+        accepted, received = c.accepted, c.received
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
     otlp = book["sinks"]["otlp"]
@@ -162,10 +173,12 @@ def test_small_buffer_with_a_slow_collector_counts_buffer_full_for_it_only(
     assert file["delivered"] == len(spans)
     assert file["delivered"] + lost(file) == file["recorded"] == otlp["recorded"]
     # The request in flight when the deadline passes may still be answered 200 just as the
-    # client gives up on it: counted lost here, kept there. The ledger errs towards "lost",
-    # by at most that one request.
-    assert otlp["delivered"] <= accepted <= otlp["delivered"] + 2048  # batch_size
-    assert otlp["delivered"] + lost(otlp) == otlp["recorded"]
+    # client gives up on it: "unconfirmed", neither delivered nor lost; the collector has
+    # exactly the delivered and the unconfirmed spans.
+    unconfirmed = otlp.get("unconfirmed", 0)
+    assert received == otlp["delivered"] + unconfirmed
+    assert otlp["delivered"] <= accepted <= otlp["delivered"] + unconfirmed
+    assert otlp["delivered"] + lost(otlp) + unconfirmed == otlp["recorded"]
     print(shutdown_time(proc.stderr))
     print(f"LEDGER small buffer + slow: recorded {otlp['recorded']} / otlp delivered "
           f"{accepted} lost {otlp['lost']} / file delivered {len(spans)} lost {file['lost']}")

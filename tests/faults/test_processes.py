@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.faults.collectors import wait_until
+from otel_rl._internal import tallyfile
+from tests.faults.collectors import collector, wait_until
 from tests.faults.helpers import (
     ROOT,
     blocks,
@@ -42,32 +43,91 @@ def all_lines_whole(path: Path) -> None:
         json.loads(line)
 
 
-def test_sigkill_of_a_worker_is_noticed_and_its_blocks_are_partial(tmp_path: Path) -> None:
-    after = 25  # blocks the worker records after its last report, then it is killed
-    proc, _ = run_workload(tmp_path, "--blocks", str(BLOCKS), "--kill-worker", "0",
-                           "--after-kill", str(after))
+def test_sigkill_of_a_worker_is_counted_exactly_and_its_open_block_cut_short(
+        tmp_path: Path) -> None:
+    after = 25  # steps the worker records after its last report, then it is killed
+    with collector("ok") as c:
+        proc, _ = run_workload(tmp_path, "--endpoint", c.endpoint, "--blocks", str(BLOCKS),
+                               "--kill-worker", "0", "--after-kill", str(after))
+        accepted = c.accepted
     assert proc.returncode == 0, proc.stderr
     spans = file_spans(tmp_path / "spans.otlp.jsonl")
-    # Delivered: everything but the killed worker's open `worker` block and what it did
-    # after its last report (2 spans per step).
-    assert blocks(spans) == EXPECTED - 1
+    # Delivered: every block of the workload; the killed worker's open `worker` block cut
+    # short by the parent (it knew it from the worker's last report), saying so.
+    assert blocks(spans) == EXPECTED
+    (cut,) = [s for s in spans if any(a["key"] == "otel_rl.died" for a in s["attributes"])]
+    assert cut["name"] == "worker"
+    attrs = {a["key"]: a["value"] for a in cut["attributes"]}
+    assert attrs["otel_rl.cut_short"] == {"boolValue": True}
+    assert "killed by signal 9" in attrs["otel_rl.died"]["stringValue"]
     book = ledger(tmp_path)
     assert book is not None
-    file = book["sinks"]["file"]
-    assert file["delivered"] == len(spans) == file["recorded"] - file["lost"].get("killed worker", 0)
+    # Exactly what it recorded after its last report (2 blocks per step), for each sink.
+    assert book["upstream"] == {"killed worker": 2 * after}
+    for name, delivered in (("file", len(spans)), ("otlp", accepted)):
+        sink = book["sinks"][name]
+        assert sink["lost"] == {"killed worker": 2 * after}
+        assert sink["delivered"] == delivered == sink["recorded"] - 2 * after
     (note,) = book["notes"]
-    assert "died before it finished (killed by signal 9)" in note
+    assert f"died before it finished (killed by signal 9): {2 * after} of its" in note
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("otel_rl:")]
-    assert "killed by signal 9" in line
+    assert "killed by signal 9" in line and f"killed worker {2 * after}" in line
     tree = json.loads((tmp_path / "timers.json").read_text())
     assert tree["complete"] is False and "killed by signal 9" in tree["notes"][0]
     # Both readers say partial: timers.json and the tree rebuilt from the spans file.
     assert cli("report", str(tmp_path / "timers.json")).returncode == 3
     assert cli("tree", str(tmp_path / "spans.otlp.jsonl"), "-o",
                str(tmp_path / "b.json")).returncode == 3
+    # The parent removed the worker's tally file once it had read it.
+    assert not list(Path(tallyfile._folder()).glob(f"otel-rl-*-{_killed_pid(note)}.tally"))
     print(f"LEDGER sigkill worker: expected {EXPECTED + 2 * after} blocks / delivered "
-          f"{blocks(spans)} / counted lost {file['lost'].get('killed worker', 0)} + "
-          f"{2 * after + 1} after its last report (said, not countable)")
+          f"{blocks(spans)} (1 cut short) file, {accepted} spans otlp / reported lost "
+          f"{2 * after} killed worker (exact)")
+
+
+def test_a_worker_killed_before_its_first_report_is_counted_too(tmp_path: Path) -> None:
+    after = 25
+    # No flush during the run (30 s): the parent has only the worker's first word.
+    proc, _ = run_workload(tmp_path, "--blocks", str(BLOCKS), "--kill-worker", "0",
+                           "--after-kill", str(after), "--flush", "30", "--kill-at-once")
+    assert proc.returncode == 0, proc.stderr
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
+    book = ledger(tmp_path)
+    assert book is not None
+    killed = book["upstream"]["killed worker"]
+    # All it recorded: its `worker` block (open), 4 threads x BLOCKS steps x 2, the last steps.
+    assert killed == 1 + 4 * BLOCKS * 2 + 2 * after
+    assert blocks(spans) + killed == EXPECTED + 2 * after
+    file = book["sinks"]["file"]
+    assert file["delivered"] == len(spans) == file["recorded"] - killed
+    assert "killed by signal 9" in book["notes"][0]
+    assert cli("report", str(tmp_path / "timers.json")).returncode == 3
+    print(f"LEDGER sigkill worker before its first report: expected {EXPECTED + 2 * after} "
+          f"blocks / delivered {blocks(spans)} / reported lost {killed} killed worker (exact)")
+
+
+def test_a_workers_own_worker_killed_is_counted_in_the_run(tmp_path: Path) -> None:
+    from tests.faults import nested_workload as nested
+
+    proc = subprocess.run([sys.executable, "-m", "tests.faults.nested_workload", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env())
+    assert proc.returncode == 0, proc.stderr
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
+    book = ledger(tmp_path)
+    assert book is not None
+    # Counted by the child (its worker), reported up in its snapshot.
+    assert book["upstream"] == {"killed worker": 2 * nested.AFTER}
+    assert blocks(spans) + 2 * nested.AFTER == nested.EXPECTED
+    file = book["sinks"]["file"]
+    assert file["delivered"] == len(spans) == file["recorded"] - 2 * nested.AFTER
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert tree["complete"] is False and "killed by signal 9" in tree["notes"][0]
+    print(f"LEDGER sigkill of a worker's worker: expected {nested.EXPECTED} blocks / delivered "
+          f"{blocks(spans)} / reported lost {2 * nested.AFTER} killed worker (exact)")
+
+
+def _killed_pid(note: str) -> int:
+    return int(note.split("(pid ")[1].split(")")[0])
 
 
 def _orphan_files(out: Path) -> list[Path]:
@@ -78,7 +138,7 @@ def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_ow
         tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     proc = start_workload(tmp_path, "--blocks", str(BLOCKS), "--hold", "60", "--ready",
-                          str(ready))
+                          str(ready), "--timers-interval", "0.5")
     try:
         assert wait_until(ready.exists, 60)
         time.sleep(2.5)  # the workers' blocks have reached the parent's file
@@ -108,6 +168,13 @@ def test_sigkill_of_the_parent_leaves_readable_files_and_orphans_export_their_ow
     assert cut_short == 2
     for path in [main, *_orphan_files(tmp_path)]:
         assert cli("tree", str(path), "-o", str(tmp_path / "t.json")).returncode == 3
+    # The parent's own outputs say it never finished: its last periodic timers.json and the
+    # tree rebuilt from its spans file (its last aggregate is not a final one), one line each.
+    for args in (("report", str(tmp_path / "timers.json")),
+                 ("tree", str(main), "-o", str(tmp_path / "t.json"))):
+        result = cli(*args)
+        assert result.returncode == 3, result.stderr
+        assert "the main process never finished" in result.stdout + result.stderr, args
     print(f"LEDGER sigkill parent: expected {EXPECTED} blocks / in files {len(ids)} (2 cut "
           f"short by the orphans) / lost 1 (the parent's open block, died with it)")
 

@@ -68,11 +68,16 @@ def main() -> None:
     parser.add_argument("--max-buffer", type=int, default=100_000)
     parser.add_argument("--hold", type=float, default=0.0, help="workers wait this long at the end")
     parser.add_argument("--ready", help="file to create once the workers run")
+    parser.add_argument("--timers-interval", type=float, help="periodic timers.json every S")
+    parser.add_argument("--kill-at-once", action="store_true",
+                        help="the killed worker does not wait for a flush first")
     args = parser.parse_args()
     settings: dict[str, object] = dict(
         output_dir=args.out, spans="all", flush_interval=args.flush, propagate=True,
         shutdown_timeout=args.shutdown_timeout, max_buffer=args.max_buffer,
         timeout=args.timeout)
+    if args.timers_interval:
+        settings.update(timers_interval=args.timers_interval)
     if args.endpoint:
         settings.update(endpoint=args.endpoint, protocol=args.protocol)
     otel_rl.configure(**settings)  # type: ignore[arg-type]
@@ -80,7 +85,8 @@ def main() -> None:
     with hierarchical_timer("main"):
         procs = [ctx.Process(target=worker, args=(i, args.blocks, args.threads,
                                                   i == args.kill_worker, args.after_kill,
-                                                  args.flush * 5 + 0.5, args.hold))
+                                                  0.0 if args.kill_at_once
+                                                  else args.flush * 5 + 0.5, args.hold))
                  for i in range(args.workers)]
         for p in procs:
             p.start()

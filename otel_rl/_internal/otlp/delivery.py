@@ -72,11 +72,14 @@ class SerializedRequest:
 class Outcome:
     """What became of one request: spans `sent`, spans `lost`, and why (`reason`, `error`)."""
 
-    __slots__ = ("error", "kind", "lost", "reason", "sent")
+    __slots__ = ("error", "kind", "lost", "reason", "sent", "unconfirmed")
 
     def __init__(self) -> None:
         self.sent = 0
         self.lost = 0
+        #: Of `lost`: spans of the part written whole whose answer never came (the collector
+        #: may have them; the ledger says them apart). The parts after it were never sent.
+        self.unconfirmed = 0
         #: One line for a person ("collector unreachable at ...", "rejected by ...: ...").
         self.reason = ""
         #: The ledger's reason: "unreachable", "timed out", "rejected" or "error".
@@ -112,6 +115,8 @@ class Delivery:
         self._aborted = threading.Event()
         self._poke = threading.Event()
         self._limit: float | None = None
+        #: Spans of the part being sent now (see `unanswered`).
+        self._part_spans = 0
 
     @property
     def last_error(self) -> ExportError | None:
@@ -143,7 +148,9 @@ class Delivery:
             parts = request.split(self.max_bytes) or parts
         while parts:
             part = parts.pop(0)
+            self._part_spans = part.spans
             error = self._send_one(transport, part.data, deadline)
+            self._part_spans = 0
             if error is None:
                 outcome.sent += part.spans
                 continue
@@ -156,6 +163,8 @@ class Delivery:
             outcome.error = error
             outcome.reason = self._reason(error)
             outcome.kind = self._kind(error)
+            if outcome.kind == "unconfirmed":
+                outcome.unconfirmed = part.spans
             break
         return outcome
 
@@ -164,6 +173,12 @@ class Delivery:
         shutdown starting): a backoff that would outlast it gives up now."""
         self._limit = None if deadline == float("inf") else deadline
         self._poke.set()
+
+    def unanswered(self) -> int:
+        """From another thread: spans of a request written whole and not answered yet (what
+        shutdown's deadline cuts off there is "unconfirmed": the collector may have it)."""
+        transport = self.transport
+        return self._part_spans if transport is not None and transport.awaiting else 0
 
     def abort(self) -> None:
         """From another thread: wake a send blocked on the network or in a backoff
@@ -202,12 +217,12 @@ class Delivery:
                 if deadline is not None and self._backoff_until >= deadline:
                     # The server asked for (or the backoff needs) more time than is left: say
                     # what the last answer was, not "unreachable".
-                    return _GaveUp(self._last_error, self._backoff_until - now)
+                    return _GaveUp(self._last_error, self._backoff_until - now, attempts > 0)
                 self._poke.wait(wait)  # `limit` and `abort` cut a backoff short
                 self._poke.clear()
                 continue
             if self._aborted.is_set() or (deadline is not None and now >= deadline):
-                return _GaveUp(self._last_error, 0.0)
+                return _GaveUp(self._last_error, 0.0, attempts > 0)
             attempts += 1
             try:
                 # Never wait on the network past the caller's deadline (shutdown).
@@ -247,6 +262,8 @@ class Delivery:
                 return f"{self.where} refused: {last.message}{wait}"
             if last.kind == "timed out":
                 return f"{self.where} did not answer in time: {last.message}"
+            if last.kind == "unconfirmed":
+                return f"sent to {self.where}, no answer before the deadline: {last.message}"
             return f"collector unreachable at {self.where}: {last.message}"
         if isinstance(error, ExportError):
             return f"rejected by {self.where}: {error.message}"
@@ -255,7 +272,9 @@ class Delivery:
     @staticmethod
     def _kind(error: Exception) -> str:
         if isinstance(error, _GaveUp):
-            return "timed out" if error.last is None else error.last.kind
+            if error.last is None or (error.last.kind == "unconfirmed" and not error.tried):
+                return "timed out"  # (another request's answer was the one that never came)
+            return error.last.kind
         if isinstance(error, ExportError):
             return error.kind
         return "error"
@@ -263,10 +282,12 @@ class Delivery:
 
 class _GaveUp(Exception):
     """The deadline passed while the collector was failing or backing off; `last` is its
-    last failure (None: there was no time to try), `wait_s` the backoff still ahead."""
+    last failure (None: there was no time to try), `wait_s` the backoff still ahead, `tried`
+    whether this request was sent at all (else `last` was another request's)."""
 
-    def __init__(self, last: ExportError | None, wait_s: float) -> None:
+    def __init__(self, last: ExportError | None, wait_s: float, tried: bool = True) -> None:
         super().__init__("deadline passed")
         self.last = last
         self.wait_s = wait_s
+        self.tried = tried
 

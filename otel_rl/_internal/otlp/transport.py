@@ -118,6 +118,9 @@ class OtlpTransport:
         self.compression = compression
         self.timeout_s = float(timeout_s)
         self.rejected_spans = 0
+        #: A request was written whole and its answer has not come yet (the ledger calls
+        #: spans whose request is cut off then "unconfirmed", not lost).
+        self.awaiting = False
         self.signal: Signal = signal
         self._tls = _TlsFiles(certificate_file, client_key_file, client_certificate_file)
         self._lock = threading.Lock()
@@ -347,6 +350,8 @@ class _HttpBackend:
         self._path = path
         self.url = f"{parts.scheme}://{parts.netloc}{path}"
         self._conn: http.client.HTTPConnection | None = None
+        #: `abort` broke the connection of the send under way: no fresh try of it.
+        self._aborted = False
         self._headers = {
             "Content-Type": "application/x-protobuf",
             "User-Agent": _USER_AGENT,
@@ -378,6 +383,7 @@ class _HttpBackend:
         body = (
             gzip.compress(request, compresslevel=6, mtime=0) if self._owner.compression else request
         )
+        self._aborted = False
         while True:
             fresh = self._conn is None
             try:
@@ -385,7 +391,7 @@ class _HttpBackend:
                 break
             except _StaleConnection:
                 self.close()
-                if fresh:
+                if fresh or self._aborted:  # (aborted: not again, the collector may have it)
                     raise ExportError(
                         True, f"{self.url}: connection closed by the server",
                         kind="unreachable") from None
@@ -401,14 +407,20 @@ class _HttpBackend:
         conn.timeout = self._owner.timeout_s
         if conn.sock is not None:
             conn.sock.settimeout(self._owner.timeout_s)
+        written = False
         try:
             conn.request("POST", self._path, body=body, headers=self._headers)
+            written = self._owner.awaiting = True
             response = conn.getresponse()
             data = response.read()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             raise _StaleConnection from None
         except TimeoutError:
             self.close()
+            if written:  # the collector may well have it: neither delivered nor lost
+                raise ExportError(
+                    True, f"{self.url}: sent, no answer within {self._owner.timeout_s:g} s",
+                    kind="unconfirmed") from None
             raise ExportError(
                 True, f"{self.url}: timed out after {self._owner.timeout_s:g} s",
                 kind="timed out") from None
@@ -421,6 +433,8 @@ class _HttpBackend:
             kind = "unreachable" if isinstance(exc, OSError) else "rejected"
             raise ExportError(True, f"{self.url}: {reason or type(exc).__name__}",
                               kind=kind) from None
+        finally:
+            self._owner.awaiting = False
         if response.will_close:
             self.close()
         return response.status, response.reason, response.headers, data
@@ -438,6 +452,7 @@ class _HttpBackend:
             conn.close()
 
     def abort(self) -> None:
+        self._aborted = True
         conn = self._conn
         sock = conn.sock if conn is not None else None
         if sock is not None:

@@ -40,6 +40,10 @@ class Sink(ABC):
         """From another thread: sends under way must end by `deadline` (shutdown began)."""
         return
 
+    def unanswered(self) -> int:
+        """From another thread: spans sent and awaiting the receiver's answer right now."""
+        return 0
+
     def failing(self) -> tuple[str, str] | None:
         """The sink's current trouble as (ledger reason, one line), None if none is known:
         what shutdown could not send is lost for that reason ("unreachable" while the

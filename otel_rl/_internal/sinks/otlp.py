@@ -64,8 +64,10 @@ class OtlpSink(Sink):
                 self._stats.add_exported(self.name, outcome.sent)
             if outcome.ok:
                 continue
-            self._stats.add_dropped(outcome.kind or "error", outcome.lost, self.name,
-                                    outcome.reason)
+            unconfirmed = outcome.unconfirmed
+            self._stats.add_dropped("unconfirmed", unconfirmed, self.name, outcome.reason)
+            self._stats.add_dropped("timed out" if unconfirmed else outcome.kind or "error",
+                                    outcome.lost - unconfirmed, self.name, outcome.reason)
             if isinstance(outcome.error, ExportError) and outcome.kind == "rejected":
                 self._stats.warn_once(f"otlp-reject-{self._endpoint}",
                                       f"{self._endpoint} rejected spans: {outcome.error}")
@@ -78,6 +80,9 @@ class OtlpSink(Sink):
 
     def limit(self, deadline: float) -> None:
         self._delivery.limit(deadline)
+
+    def unanswered(self) -> int:
+        return self._delivery.unanswered()
 
     def failing(self) -> tuple[str, str] | None:
         last = self._delivery.last_error

@@ -152,10 +152,19 @@ class SinkQueue:
         except Exception:
             trouble = None
         reason, last = trouble or ("timed out", "")
+        if stuck:  # a request written whole, its answer cut off: the collector may have it
+            try:
+                sent = self.sink.unanswered()
+            except Exception:
+                sent = 0
+        else:
+            sent = 0
+        if reason == "unconfirmed":  # the rest was never sent
+            reason = "timed out"
         # Settled (closed) first: what the woken send reports afterwards no longer counts.
         self._ledger.settle(self.name, reason,
                             f"{self.name}: not sent by the shutdown deadline ({shutdown_s:g} s)"
-                            + (f"; last failure: {last}" if last else ""))
+                            + (f"; last failure: {last}" if last else ""), unconfirmed=sent)
         if stuck:
             try:
                 self.sink.abort()  # wake the blocked send
