@@ -77,7 +77,10 @@ def lost(sink: dict[str, Any]) -> int:
 
 
 def exit_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "were not exported" in line]
+    """The ledger's exit line(s): headed by what was lost or, when nothing was lost but a
+    request had no answer by the deadline, by what was sent but not confirmed."""
+    return [line for line in stderr.splitlines()
+            if "were not exported" in line or "were sent but not confirmed" in line]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
