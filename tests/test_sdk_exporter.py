@@ -102,7 +102,12 @@ def to_otlp_json(obj: Any, int64_as_numbers: bool = False) -> Any:
 
 
 def _check_self_times(node: TreeNode) -> None:
-    assert node.self_time == max(0.0, node.total - sum(c.total for c in node.children.values()))
+    # Summed left to right, as ML-Agents does (not with sum(): from Python 3.12 it compensates
+    # float rounding, and its result can differ in the last bit).
+    children = 0.0
+    for child in node.children.values():
+        children += child.total
+    assert node.self_time == max(0.0, node.total - children)
     for child in node.children.values():
         _check_self_times(child)
 
