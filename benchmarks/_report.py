@@ -7,12 +7,28 @@ import importlib.util
 import json
 import os
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def package_at_revision(rev: str, into: str) -> bool:
+    """Extract the ``otel_rl`` package as of git revision `rev` into the folder `into` (to
+    run a whole program against it); whether git could give it."""
+    archive = os.path.join(into, "otel_rl.tar")
+    try:
+        subprocess.run(["git", "archive", "-o", archive, rev, "otel_rl"], cwd=ROOT,
+                       capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    os.remove(archive)
+    return True
 
 
 def module_at_revision(rev: str, path: str, name: str) -> ModuleType | None:

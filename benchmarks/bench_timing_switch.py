@@ -21,11 +21,10 @@ import random
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from typing import Any
 
-from _report import failed_checks_lines, finish
+from _report import failed_checks_lines, finish, package_at_revision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -79,17 +78,6 @@ def measure(src: str, n: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def extract(rev: str, into: str) -> bool:
-    archive = os.path.join(into, "src.tar")
-    done = subprocess.run(["git", "archive", "-o", archive, rev, "otel_rl"], cwd=ROOT,
-                          capture_output=True)
-    if done.returncode != 0:
-        return False
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return True
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -99,7 +87,7 @@ def main() -> int:
     rounds, n = (1, 2000) if args.smoke else (5, 50000) if args.quick else (9, 100000)
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-switch-") as tmp:
         sources = {"now": ROOT}
-        if extract(BEFORE, tmp):
+        if package_at_revision(BEFORE, tmp):
             sources["before"] = tmp
         rows: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
         order = list(sources)

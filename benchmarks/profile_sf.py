@@ -39,6 +39,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from _report import package_at_revision
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 VENV = os.path.expanduser("~/.cache/otel-rl/venvs/sf-2.1.1-torch-2.5.1-py3.11")
@@ -342,9 +344,9 @@ def main() -> int:
         if args.rev:
             src = os.path.join(workdir, "src")
             os.makedirs(src)
-            archive = subprocess.run(["git", "archive", args.rev, "otel_rl"], cwd=REPO,
-                                     capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+            if not package_at_revision(args.rev, src):
+                print(f"profile_sf: git cannot give otel_rl at {args.rev}", file=sys.stderr)
+                return 2
         order = random.Random(0)
         for _ in range(args.rounds):
             variants = args.variants.split(",")
