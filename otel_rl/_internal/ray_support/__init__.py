@@ -25,8 +25,9 @@ Internal API for framework integrations (the RLlib module builds on it):
   tasks only. Indices are numbered per role by the driver in the order it first receives
   blocks from each process, unless given.
 - ``worker.flush_now(final)``: deliver what this process holds now (bounded).
-- ``calls.carrier_text()`` / ``calls.carrier_now()`` / ``calls.parse(value)``: the per-call
-  context carrier (str / bytes); task and actor-method calls carry it in their task name.
+- ``calls.carrier_text()`` / ``calls.parse(value)``: the per-call context carrier (a str;
+  an actor creation's argument holds it as bytes, which Ray serializes faster); task and
+  actor-method calls carry it in their task name.
 - Every ``.remote()`` (task, actor creation, actor method; from the driver or from inside a
   worker) carries the block open on the calling thread; the call's blocks in the worker are
   children of it (spans, and the whole-run timers.json as parallel branches).

@@ -44,13 +44,6 @@ _VERSION = "1"
 _made = threading.local()
 
 
-def carrier_now() -> bytes | None:
-    """The current block's context as a call carrier (bytes: Ray serializes an argument of
-    bytes several times faster than a str); None while otel_rl does not propagate."""
-    text = carrier_text()
-    return None if text is None else text.encode("utf-8")
-
-
 def carrier_text() -> str | None:
     """The current block's context as a call carrier; None while otel_rl does not propagate."""
     rt = runtime.active()
