@@ -360,6 +360,9 @@ TABLE: tuple[_Setting, ...] = (
     _Setting("metrics_interval", ("OTEL_RL_METRICS_INTERVAL",), _parse_positive_float, 10.0,
              "seconds between metrics exports (cumulative: a lost export costs resolution only)",
              _check_positive(float), carried=True),
+    _Setting("accelerator", ("OTEL_RL_ACCELERATOR",), _parse_bool, True,
+             "time blocks with the compiled hot path where it is built (false: pure Python, "
+             "the same results)", _check_bool, carried=True),
     _Setting("worker_role", ("OTEL_RL_WORKER_ROLE",), _parse_nonempty, None,
              "role of this process when it is a worker", _check_optional_str),
     _Setting("worker_index", ("OTEL_RL_WORKER_INDEX",), _parse_index, None,
@@ -435,6 +438,7 @@ class Settings:
     metrics_timeout: float | None
     metrics_histogram: Histogram
     metrics_interval: float
+    accelerator: bool
     worker_role: str | None
     worker_index: int | None
     exporters: tuple[SpanExporter, ...]
@@ -475,6 +479,11 @@ def _from_env(setting: _Setting, environ: Mapping[str, str]) -> tuple[Any, str |
             reason = reason if len(reason) <= 100 else reason[:99] + "…"
             _warn_once(var, f"otel_rl: ignoring {var}={shown}: {reason}")
     return None, None
+
+
+def from_environment(name: str, environ: Mapping[str, str]) -> Any:
+    """Setting `name` as the environment gives it (None: not set, or malformed and warned)."""
+    return _from_env(_BY_NAME[name], environ)[0]
 
 
 def new_run_id() -> str:

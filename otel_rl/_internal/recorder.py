@@ -28,7 +28,7 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
-from otel_rl._internal import log
+from otel_rl._internal import accel, log
 from otel_rl._internal.node import Gauge, TreeNode
 from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
 
@@ -588,9 +588,38 @@ def use_tally(slots: MutableSequence[int]) -> None:
 def _swap_enter(enter: Callable[[hierarchical_timer], TimerNode]) -> None:
     """Make `enter` the plain `__enter__` (what `use_stack_lookup`'s wraps, too)."""
     global _plain_enter
+    enter = _compiled.get(enter, enter)
     if hierarchical_timer.__enter__ is _plain_enter:
         hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
     _plain_enter = enter
+
+
+#: The compiled hot path's `__init__`, `__enter__`, `__exit__` and `_tallied_enter`, by the
+#: pure functions they stand for (`accel`); empty on the pure path.
+_compiled: dict[Any, Any] = {}
+
+
+def use_accelerator(on: bool) -> bool:
+    """Time blocks with the compiled hot path when `on` and it is built, else with the pure
+    Python above (the same results); whether the compiled one is in use. Safe between blocks
+    and while some are open: both paths keep the same slots."""
+    global _compiled
+    tallied = _plain_enter in (_tallied_enter, _compiled.get(_tallied_enter))
+    gpu_init = hierarchical_timer.__init__ is _init_with_gpu_blocks
+    module = accel.compiled() if on else None
+    _compiled = {} if module is None else module.install(
+        hierarchical_timer, TimerStack, TimerNode, Trace, globals(), _plain_init,
+        _untallied_enter, _tallied_enter, _pure_exit)
+    hierarchical_timer.__exit__ = _compiled.get(_pure_exit, _pure_exit)  # type: ignore[method-assign]
+    if not gpu_init:
+        hierarchical_timer.__init__ = _compiled.get(_plain_init, _plain_init)  # type: ignore[method-assign]
+    _swap_enter(_tallied_enter if tallied else _untallied_enter)
+    return bool(_compiled)
+
+
+def hot_path() -> str:
+    """Which hot path times blocks, and why (`accel.describe`)."""
+    return accel.describe(bool(_compiled))
 
 
 def tallied() -> int:
@@ -837,6 +866,7 @@ def _tallied_enter(self: hierarchical_timer) -> TimerNode:
 
 
 _untallied_enter = _plain_enter = hierarchical_timer.__enter__
+_pure_exit = hierarchical_timer.__exit__
 
 
 def use_stack_lookup(lookup: Callable[[], TimerStack] | None) -> None:
@@ -900,7 +930,8 @@ def use_gpu_blocks(on: bool) -> None:
     """While the `gpu_blocks` setting names blocks, every block checks its name against it
     (cached per name in `gpu_wanted`, emptied here); otherwise blocks skip that check."""
     gpu_wanted.clear()
-    hierarchical_timer.__init__ = _init_with_gpu_blocks if on else _plain_init  # type: ignore[method-assign]
+    plain = _compiled.get(_plain_init, _plain_init)
+    hierarchical_timer.__init__ = _init_with_gpu_blocks if on else plain  # type: ignore[method-assign]
 
 
 def set_retire_hook(hook: Callable[[TimerStack, TimerNode], None] | None) -> None:
@@ -1023,3 +1054,6 @@ def reset_for_tests() -> None:
     _thread_timer_stacks.clear()
     if hasattr(_local, "stack"):
         del _local.stack
+
+
+use_accelerator(accel.wanted())

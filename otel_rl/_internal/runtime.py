@@ -706,6 +706,7 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
 def configure(settings: Mapping[str, object]) -> Runtime:
     """Turn otel_rl on with `settings` (see `otel_rl.configure`); returns the new runtime."""
     resolved = resolve(settings)
+    recorder.use_accelerator(resolved.accelerator)
     with _lock:
         rt = _rt
         inherited = None

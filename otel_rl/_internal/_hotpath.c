@@ -1,0 +1,646 @@
+/* The optional compiled hot path: `hierarchical_timer.__init__/__enter__/__exit__` and the
+ * tallied `__enter__`, statement for statement the pure-Python ones in `recorder.py`.
+ *
+ * Nothing is cached between calls but the slot offsets of the recorder's classes: every
+ * module global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`,
+ * `buffer_cap`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read from the
+ * recorder's namespace at each use, so `arm`/`disarm`, `use_tally`, `reseed_ids` after a fork
+ * and `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
+ * recorder's own classes are read and written through their slots; anything else through
+ * ordinary attribute access (the same as the pure code, only slower). What the fast path does
+ * not cover (keyword arguments, say) is handed to the pure function.
+ *
+ * Built by setup.py as an optional extension: without a compiler otel_rl runs pure Python.
+ * `tests/test_accel.py` drives both paths with the same workloads and compares everything.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+#ifndef Py_T_OBJECT_EX
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
+#ifndef Py_READONLY
+#define Py_READONLY READONLY
+#endif
+
+/* One slot of one class: objects of exactly `type` (or a subclass, for the timer) use the
+ * offset; others go through getattr/setattr by `name`. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset;
+    PyObject *name;
+    int subclasses;
+} Field;
+
+enum {
+    T_FRAMES, T_NAME, T_NODE, T_SID, T_ST, T_STACK, T_START, T_TR, T_UP,
+    S_STACK, S_TRACE, S_TOP, S_TID, S_DROPPED, S_SLOT,
+    N_CHILDREN, N_TOTAL, N_COUNT,
+    R_TRACE_ID, R_SINK,
+    N_FIELDS
+};
+
+static const char *field_names[N_FIELDS] = {
+    "_frames", "_name", "_node", "_sid", "_st", "_stack", "_start", "_tr", "_up",
+    "stack", "trace", "top", "tid", "dropped", "slot",
+    "children", "total", "count",
+    "trace_id", "sink",
+};
+
+static Field fields[N_FIELDS];
+static PyObject *ns;           /* the recorder module's globals */
+static PyObject *real_clock;   /* time.perf_counter_ns: read natively while it is the clock */
+static PyObject *pure_init, *pure_enter, *pure_tallied_enter, *pure_exit;
+static PyObject *one, *nano;   /* 1 and 1e-9 */
+static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
+    *s_buffer_cap, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append, *s_get, *s_pop;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static inline int
+fast(PyObject *obj, const Field *f)
+{
+    return Py_TYPE(obj) == f->type || (f->subclasses && PyObject_TypeCheck(obj, f->type));
+}
+
+/* obj.<field>, a new reference (NULL and an exception if unset). */
+static PyObject *
+get(PyObject *obj, int which)
+{
+    const Field *f = &fields[which];
+    if (fast(obj, f)) {
+        PyObject *value = SLOT(obj, f->offset);
+        if (value != NULL) {
+            Py_INCREF(value);
+            return value;
+        }
+    }
+    return PyObject_GetAttr(obj, f->name);
+}
+
+/* obj.<field> = value (value borrowed). */
+static int
+set(PyObject *obj, int which, PyObject *value)
+{
+    const Field *f = &fields[which];
+    if (fast(obj, f)) {
+        PyObject *old = SLOT(obj, f->offset);
+        Py_INCREF(value);
+        SLOT(obj, f->offset) = value;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, f->name, value);
+}
+
+/* A recorder global, a new reference (NameError like the pure code if it is gone). */
+static PyObject *
+global(PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(ns, key);
+    if (value == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_NameError, "name '%U' is not defined", key);
+        return NULL;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
+/* perf_counter_ns() as the recorder sees it: natively while it is time.perf_counter_ns (the
+ * same clock CPython reads), else by calling it (otel_rl.testing's deterministic clock). */
+static PyObject *
+now(void)
+{
+    PyObject *clock = global(s_clock);
+    if (clock == NULL)
+        return NULL;
+    if (clock == real_clock) {
+        Py_DECREF(clock);
+#if PY_VERSION_HEX >= 0x030D0000
+        PyTime_t t;
+        if (PyTime_PerfCounterRaw(&t) < 0)
+            return NULL;
+        return PyLong_FromLongLong((long long)t);
+#elif defined(__linux__)
+        struct timespec ts;
+        if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+#else
+        clock = real_clock;
+        Py_INCREF(clock);
+#endif
+    }
+    PyObject *result = PyObject_CallNoArgs(clock);
+    Py_DECREF(clock);
+    return result;
+}
+
+static PyObject *
+call_pure(PyObject *pure, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *stack[16];
+    if (nargs + nkw + 1 > 16) {
+        PyErr_SetString(PyExc_TypeError, "too many arguments");
+        return NULL;
+    }
+    stack[0] = self;
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
+        stack[i + 1] = args[i];
+    return PyObject_Vectorcall(pure, stack, (size_t)(nargs + 1), kwnames);
+}
+
+/* --- __init__(self, name, timer_stack=None, gpu=None) ------------------------------------ */
+
+static PyObject *
+timer_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL || nargs < 1 || nargs > 3)
+        return call_pure(pure_init, self, args, nargs, kwnames);
+    PyObject *name = args[0];
+    if (set(self, T_NAME, name) < 0 || set(self, T_STACK, nargs > 1 ? args[1] : Py_None) < 0)
+        return NULL;
+    if (nargs > 2 && args[2] != Py_None) {  /* the one check GPU timing adds */
+        PyObject *opt_in = global(s_gpu_opt_in);
+        if (opt_in == NULL)
+            return NULL;
+        PyObject *r = PyObject_CallFunctionObjArgs(opt_in, self, name, args[2], NULL);
+        Py_DECREF(opt_in);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+/* --- __enter__ ---------------------------------------------------------------------------- */
+
+static PyObject *
+enter(PyObject *self, int tallied)
+{
+    PyObject *st = NULL, *name = NULL, *frames = NULL, *last = NULL, *children = NULL;
+    PyObject *node = NULL, *tr = NULL, *result = NULL;
+
+    st = get(self, T_STACK);
+    if (st == NULL)
+        return NULL;
+    if (st == Py_None) {
+        Py_DECREF(st);
+        PyObject *local = global(s_local);
+        if (local == NULL)
+            return NULL;
+        st = PyObject_GetAttr(local, s_stack);
+        Py_DECREF(local);
+        if (st == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return NULL;
+            PyErr_Clear();
+            PyObject *lookup = global(s_thread_stack);
+            if (lookup == NULL)
+                return NULL;
+            st = PyObject_CallNoArgs(lookup);
+            Py_DECREF(lookup);
+            if (st == NULL)
+                return NULL;
+        }
+    }
+    if ((name = get(self, T_NAME)) == NULL)
+        goto done;
+    /* The frames list is kept, not looked up again at exit (see recorder.py). */
+    if ((frames = get(st, S_STACK)) == NULL || set(self, T_FRAMES, frames) < 0)
+        goto done;
+    if (PyList_CheckExact(frames) && PyList_GET_SIZE(frames) > 0) {
+        last = PyList_GET_ITEM(frames, PyList_GET_SIZE(frames) - 1);
+        Py_INCREF(last);
+    }
+    else if ((last = PySequence_GetItem(frames, -1)) == NULL)
+        goto done;
+    if ((children = get(last, N_CHILDREN)) == NULL)
+        goto done;
+    if (PyDict_CheckExact(children)) {
+        node = PyDict_GetItemWithError(children, name);
+        if (node == NULL && PyErr_Occurred())
+            goto done;
+        node = node == NULL ? Py_NewRef(Py_None) : Py_NewRef(node);
+    }
+    else if ((node = PyObject_CallMethodOneArg(children, s_get, name)) == NULL)
+        goto done;
+    if (node == Py_None) {
+        Py_DECREF(node);
+        PyObject *cls = global(s_TimerNode);
+        if (cls == NULL) {
+            node = NULL;
+            goto done;
+        }
+        node = PyObject_CallOneArg(cls, name);
+        Py_DECREF(cls);
+        if (node == NULL || PyObject_SetItem(children, name, node) < 0)
+            goto done;
+    }
+    if (PyList_CheckExact(frames)) {
+        if (PyList_Append(frames, node) < 0)
+            goto done;
+    }
+    else {
+        PyObject *r = PyObject_CallMethodOneArg(frames, s_append, node);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    if (set(self, T_NODE, node) < 0 || (tr = get(st, S_TRACE)) == NULL)
+        goto done;
+    if (tr != Py_None) {
+        if (set(self, T_ST, st) < 0)
+            goto done;
+        PyObject *top = get(st, S_TOP);
+        if (top == NULL)
+            goto done;
+        int failed = set(self, T_UP, top) < 0;
+        Py_DECREF(top);
+        if (failed || set(st, S_TOP, self) < 0)
+            goto done;
+        PyObject *ids = global(s_ids);
+        if (ids == NULL)
+            goto done;
+        PyObject *sid = PyIter_Next(ids);
+        Py_DECREF(ids);
+        if (sid == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetNone(PyExc_StopIteration);
+            goto done;
+        }
+        if (tallied) {  /* tally[st.slot] = self._sid = next(_ids) */
+            PyObject *tally = global(s_tally), *slot = NULL;
+            failed = tally == NULL || (slot = get(st, S_SLOT)) == NULL ||
+                PyObject_SetItem(tally, slot, sid) < 0;
+            Py_XDECREF(tally);
+            Py_XDECREF(slot);
+            if (failed) {
+                Py_DECREF(sid);
+                goto done;
+            }
+        }
+        failed = set(self, T_SID, sid) < 0;
+        Py_DECREF(sid);
+        if (failed)
+            goto done;
+    }
+    if (set(self, T_TR, tr) < 0)
+        goto done;
+    PyObject *start = now();
+    if (start == NULL)
+        goto done;
+    int failed = set(self, T_START, start) < 0;
+    Py_DECREF(start);
+    if (!failed)
+        result = Py_NewRef(node);
+done:
+    Py_XDECREF(st);
+    Py_XDECREF(name);
+    Py_XDECREF(frames);
+    Py_XDECREF(last);
+    Py_XDECREF(children);
+    Py_XDECREF(node);
+    Py_XDECREF(tr);
+    return result;
+}
+
+static PyObject *
+timer_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return enter(self, 0);
+}
+
+static PyObject *
+timer_tallied_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return enter(self, 1);
+}
+
+/* --- __exit__ ----------------------------------------------------------------------------- */
+
+/* node.total += (end - start) * 1e-9; node.count += 1 */
+static int
+add_time(PyObject *node, PyObject *start, PyObject *end)
+{
+    PyObject *elapsed = NULL, *total = NULL, *sum = NULL, *count = NULL;
+    int ok = 0;
+    if (PyLong_CheckExact(start) && PyLong_CheckExact(end)) {
+        /* PyLong_AsLong: on 64-bit Linux as wide, and faster on 3.10/3.11 */
+        long long s = PyLong_AsLong(start), e = PyLong_AsLong(end);
+        if ((s == -1 || e == -1) && PyErr_Occurred()) {  /* past 64 bits: as Python does */
+            PyErr_Clear();
+            goto generic;
+        }
+        elapsed = PyFloat_FromDouble((double)(e - s) * 1e-9);
+    }
+    else {
+generic:
+        {
+            PyObject *diff = PyNumber_Subtract(end, start);
+            if (diff == NULL)
+                return -1;
+            elapsed = PyNumber_Multiply(diff, nano);
+            Py_DECREF(diff);
+        }
+    }
+    if (elapsed == NULL || (total = get(node, N_TOTAL)) == NULL)
+        goto done;
+    if (PyFloat_CheckExact(total))
+        sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(total) + PyFloat_AS_DOUBLE(elapsed));
+    else
+        sum = PyNumber_InPlaceAdd(total, elapsed);
+    if (sum == NULL || set(node, N_TOTAL, sum) < 0)
+        goto done;
+    Py_CLEAR(sum);
+    if ((count = get(node, N_COUNT)) == NULL || (sum = PyNumber_InPlaceAdd(count, one)) == NULL ||
+        set(node, N_COUNT, sum) < 0)
+        goto done;
+    ok = 1;
+done:
+    Py_XDECREF(elapsed);
+    Py_XDECREF(total);
+    Py_XDECREF(sum);
+    Py_XDECREF(count);
+    return ok ? 0 : -1;
+}
+
+static int
+pop_frame(PyObject *self)
+{
+    PyObject *frames = get(self, T_FRAMES);
+    if (frames == NULL)
+        return -1;
+    int result;
+    if (PyList_CheckExact(frames)) {
+        Py_ssize_t n = PyList_GET_SIZE(frames);
+        if (n == 0) {
+            PyErr_SetString(PyExc_IndexError, "pop from empty list");
+            result = -1;
+        }
+        else {
+            /* list.pop() without shrinking the list's storage: a stack of blocks
+             * grows and shrinks by one at every block. */
+            PyObject *item = PyList_GET_ITEM(frames, n - 1);
+            Py_SET_SIZE(frames, n - 1);
+            Py_DECREF(item);
+            result = 0;
+        }
+    }
+    else {
+        PyObject *r = PyObject_CallMethodNoArgs(frames, s_pop);
+        result = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(frames);
+    return result;
+}
+
+/* len(sink) < buffer_cap */
+static int
+has_room(PyObject *sink)
+{
+    Py_ssize_t n = PyObject_Size(sink);
+    if (n < 0)
+        return -1;
+    PyObject *cap = global(s_buffer_cap);
+    if (cap == NULL)
+        return -1;
+    int result;
+    if (PyLong_CheckExact(cap)) {
+        int overflow;
+        long long c = PyLong_AsLongLongAndOverflow(cap, &overflow);
+        result = overflow ? overflow > 0 : (c == -1 && PyErr_Occurred()) ? -1 : n < c;
+    }
+    else {
+        PyObject *len = PyLong_FromSsize_t(n);
+        result = len == NULL ? -1 : PyObject_RichCompareBool(len, cap, Py_LT);
+        Py_XDECREF(len);
+    }
+    Py_DECREF(cap);
+    return result;
+}
+
+static PyObject *
+timer_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL || nargs != 3)
+        return call_pure(pure_exit, self, args, nargs, kwnames);
+    PyObject *end = NULL, *start = NULL, *node = NULL, *tr = NULL, *st = NULL, *up = NULL;
+    PyObject *record = NULL, *sink = NULL, *result = NULL;
+    PyObject *item[8] = {NULL};
+
+    if ((end = now()) == NULL || (start = get(self, T_START)) == NULL ||
+        (node = get(self, T_NODE)) == NULL || add_time(node, start, end) < 0 ||
+        pop_frame(self) < 0 || (tr = get(self, T_TR)) == NULL)
+        goto done;
+    if (tr == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((st = get(self, T_ST)) == NULL || (up = get(self, T_UP)) == NULL ||
+        set(st, S_TOP, up) < 0)
+        goto done;
+    /* (span_id, parent_span_id, name, start_ns, end_ns, thread_id, trace_id, extra) */
+    if ((item[0] = get(self, T_SID)) == NULL)
+        goto done;
+    if (PyObject_TypeCheck(up, fields[T_SID].type))
+        item[1] = get(up, T_SID);
+    else
+        item[1] = PyObject_GetAttr(up, fields[T_SID].name);
+    if (item[1] == NULL || (item[2] = get(self, T_NAME)) == NULL)
+        goto done;
+    item[3] = Py_NewRef(start);
+    item[4] = Py_NewRef(end);
+    if ((item[5] = get(st, S_TID)) == NULL || (item[6] = get(tr, R_TRACE_ID)) == NULL)
+        goto done;
+    if (args[0] == Py_None)
+        item[7] = Py_NewRef(Py_None);
+    else {
+        PyObject *extra = global(s_error_extra);
+        if (extra == NULL)
+            goto done;
+        item[7] = PyObject_Vectorcall(extra, args, 3, NULL);
+        Py_DECREF(extra);
+        if (item[7] == NULL)
+            goto done;
+    }
+    if ((record = PyTuple_New(8)) == NULL)
+        goto done;
+    for (int i = 0; i < 8; i++) {
+        PyTuple_SET_ITEM(record, i, item[i]);
+        item[i] = NULL;
+    }
+    if ((sink = get(tr, R_SINK)) == NULL)
+        goto done;
+    int room = has_room(sink);
+    if (room < 0)
+        goto done;
+    if (room) {
+        if (PyList_CheckExact(sink)) {
+            if (PyList_Append(sink, record) < 0)
+                goto done;
+        }
+        else {
+            PyObject *r = PyObject_CallMethodOneArg(sink, s_append, record);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
+        }
+    }
+    else {  /* st.dropped += 1 */
+        PyObject *dropped = get(st, S_DROPPED), *more = NULL;
+        int failed = dropped == NULL || (more = PyNumber_InPlaceAdd(dropped, one)) == NULL ||
+            set(st, S_DROPPED, more) < 0;
+        Py_XDECREF(dropped);
+        Py_XDECREF(more);
+        if (failed)
+            goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 8; i++)
+        Py_XDECREF(item[i]);
+    Py_XDECREF(end);
+    Py_XDECREF(start);
+    Py_XDECREF(node);
+    Py_XDECREF(tr);
+    Py_XDECREF(st);
+    Py_XDECREF(up);
+    Py_XDECREF(record);
+    Py_XDECREF(sink);
+    return result;
+}
+
+/* --- install ------------------------------------------------------------------------------ */
+
+static PyMethodDef init_def = {
+    "__init__", (PyCFunction)(void (*)(void))timer_init, METH_FASTCALL | METH_KEYWORDS,
+    "__init__($self, name, timer_stack=None, gpu=None, /)\n--\n\n"
+    "The compiled `hierarchical_timer.__init__`."};
+static PyMethodDef enter_def = {
+    "__enter__", (PyCFunction)timer_enter, METH_NOARGS,
+    "__enter__($self, /)\n--\n\nThe compiled `hierarchical_timer.__enter__`."};
+static PyMethodDef tallied_enter_def = {
+    "__enter__", (PyCFunction)timer_tallied_enter, METH_NOARGS,
+    "__enter__($self, /)\n--\n\nThe compiled `_tallied_enter`."};
+static PyMethodDef exit_def = {
+    "__exit__", (PyCFunction)(void (*)(void))timer_exit, METH_FASTCALL | METH_KEYWORDS,
+    "__exit__($self, exc_type, exc, tb, /)\n--\n\nThe compiled `hierarchical_timer.__exit__`."};
+
+static int
+find_field(int which, PyObject *cls, int subclasses)
+{
+    PyObject *name = PyUnicode_InternFromString(field_names[which]);
+    if (name == NULL)
+        return -1;
+    PyObject *descr = PyObject_GetAttr(cls, name);
+    if (descr == NULL) {
+        Py_DECREF(name);
+        return -1;
+    }
+    int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type);
+    if (ok) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        ok = member->type == Py_T_OBJECT_EX && !(member->flags & Py_READONLY);
+        fields[which].offset = member->offset;
+    }
+    Py_DECREF(descr);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%R.%U is not a writable slot", cls, name);
+        Py_DECREF(name);
+        return -1;
+    }
+    Py_XSETREF(fields[which].name, name);
+    Py_INCREF(cls);
+    Py_XSETREF(fields[which].type, (PyTypeObject *)cls);
+    fields[which].subclasses = subclasses;
+    return 0;
+}
+
+static PyObject *
+install(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *timer, *stack, *node, *trace, *namespace, *init, *enter_fn, *tallied, *exit_fn;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOOO:install", &PyType_Type, &timer, &PyType_Type,
+                          &stack, &PyType_Type, &node, &PyType_Type, &trace, &PyDict_Type,
+                          &namespace, &init, &enter_fn, &tallied, &exit_fn))
+        return NULL;
+    PyObject *classes[N_FIELDS];
+    for (int i = 0; i < N_FIELDS; i++)
+        classes[i] = i <= T_UP ? timer : i <= S_SLOT ? stack : i <= N_COUNT ? node : trace;
+    for (int i = 0; i < N_FIELDS; i++)
+        if (find_field(i, classes[i], i <= T_UP) < 0)
+            return NULL;
+    Py_INCREF(namespace);
+    Py_XSETREF(ns, namespace);
+    Py_INCREF(init);
+    Py_XSETREF(pure_init, init);
+    Py_INCREF(enter_fn);
+    Py_XSETREF(pure_enter, enter_fn);
+    Py_INCREF(tallied);
+    Py_XSETREF(pure_tallied_enter, tallied);
+    Py_INCREF(exit_fn);
+    Py_XSETREF(pure_exit, exit_fn);
+    PyTypeObject *type = (PyTypeObject *)timer;
+    PyObject *c_init = PyDescr_NewMethod(type, &init_def);
+    PyObject *c_enter = PyDescr_NewMethod(type, &enter_def);
+    PyObject *c_tallied = PyDescr_NewMethod(type, &tallied_enter_def);
+    PyObject *c_exit = PyDescr_NewMethod(type, &exit_def);
+    PyObject *result = NULL;
+    if (c_init && c_enter && c_tallied && c_exit)
+        result = Py_BuildValue("{OOOOOOOO}", init, c_init, enter_fn, c_enter, tallied, c_tallied,
+                               exit_fn, c_exit);
+    Py_XDECREF(c_init);
+    Py_XDECREF(c_enter);
+    Py_XDECREF(c_tallied);
+    Py_XDECREF(c_exit);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"install", install, METH_VARARGS,
+     "install(timer, stack, node, trace, namespace, init, enter, tallied_enter, exit, /)\n--\n\n"
+     "The compiled versions of the four pure functions, as {pure: compiled}, for the recorder's\n"
+     "classes and globals."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_hotpath", "otel_rl's optional compiled hot path (see recorder.py).",
+    -1, module_methods};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    INTERN(s_local, "_local");
+    INTERN(s_thread_stack, "thread_stack");
+    INTERN(s_TimerNode, "TimerNode");
+    INTERN(s_ids, "_ids");
+    INTERN(s_tally, "tally");
+    INTERN(s_clock, "perf_counter_ns");
+    INTERN(s_buffer_cap, "buffer_cap");
+    INTERN(s_error_extra, "_error_extra");
+    INTERN(s_gpu_opt_in, "_gpu_opt_in");
+    INTERN(s_stack, "stack");
+    INTERN(s_append, "append");
+    INTERN(s_get, "get");
+    INTERN(s_pop, "pop");
+    if ((one = PyLong_FromLong(1)) == NULL || (nano = PyFloat_FromDouble(1e-9)) == NULL)
+        return NULL;
+    PyObject *time = PyImport_ImportModule("time");
+    if (time == NULL)
+        return NULL;
+    real_clock = PyObject_GetAttrString(time, "perf_counter_ns");
+    Py_DECREF(time);
+    if (real_clock == NULL)
+        return NULL;
+    return PyModule_Create(&module_def);
+}

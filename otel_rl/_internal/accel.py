@@ -1,0 +1,40 @@
+"""Which hot path times blocks: the optional compiled one or pure Python.
+
+``otel_rl/_internal/_hotpath.c`` implements `hierarchical_timer.__init__/__enter__/__exit__`
+(and the tallied `__enter__`) statement for statement as `recorder` does in Python. It is built
+by ``pip install`` when a C compiler is there (setup.py, an optional extension) or in place by
+``scripts/build_accel.py``; where it is not built, or the ``accelerator`` setting is false
+(``OTEL_RL_ACCELERATOR=false``), blocks run the pure-Python code. `recorder.use_accelerator`
+switches; `describe` says which path is in use and why (``otel-rl --version``).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from otel_rl._internal import config
+
+
+def compiled() -> ModuleType | None:
+    """The compiled module, or None where it was not built (or does not load)."""
+    try:
+        from otel_rl._internal import _hotpath
+    except ImportError:
+        return None
+    return _hotpath
+
+
+def wanted() -> bool:
+    """The ``accelerator`` setting as the environment gives it (default true)."""
+    value = config.from_environment("accelerator", os.environ)
+    return True if value is None else bool(value)
+
+
+def describe(active: bool) -> str:
+    """One line: the hot path in use and why."""
+    if active:
+        return "compiled (otel_rl._internal._hotpath)"
+    if compiled() is None:
+        return "pure Python (the compiled hot path is not built)"
+    return "pure Python (the accelerator setting is off)"

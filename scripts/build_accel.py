@@ -1,0 +1,41 @@
+"""Build otel_rl's optional compiled hot path in place, for the Python that runs this.
+
+    python scripts/build_accel.py [--quiet]
+
+What ``pip install .`` does through setup.py, without setuptools (the test venvs of
+scripts/python-matrix.sh have none): tests import the checkout, so each interpreter needs its
+own ``otel_rl/_internal/_hotpath.<tag>.so`` beside the source. Uses the compiler and flags
+Python was built with (``CC`` overrides the compiler). Exits 1 with the compiler's message if
+the build fails; otel_rl then runs its pure-Python hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "otel_rl" / "_internal" / "_hotpath.c"
+
+
+def main(argv: list[str]) -> int:
+    target = SOURCE.with_name("_hotpath" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    command = [*cc, "-O2", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration",
+               f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(target)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(f"build_accel: building {target.name} failed (otel_rl runs pure Python):\n"
+              f"{done.stdout}{done.stderr}", file=sys.stderr)
+        return 1
+    if "--quiet" not in argv:
+        print(f"build_accel: built {target.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
