@@ -66,6 +66,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         description="OpenTelemetry-native profiling for RL training.",
         epilog=_EPILOG,
     )
+    parser.add_argument("--version", action="store_true",
+                        help="print the version and which hot path times blocks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parsers: dict[str, argparse.ArgumentParser] = {}
     for name, (_module, help_text) in SUBCOMMANDS.items():
@@ -134,6 +136,19 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+def _version() -> str:
+    """``otel-rl <version> (hot path: ...)``: which of the two hot paths this install runs."""
+    from importlib import metadata
+
+    from otel_rl._internal import recorder
+
+    try:
+        version = metadata.version("otel-rl")
+    except metadata.PackageNotFoundError:
+        version = "(not installed)"
+    return f"otel-rl {version} (hot path: {recorder.hot_path()})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_output()
     stdout = sys.stdout
@@ -153,6 +168,9 @@ def _main(argv: Sequence[str] | None) -> int:
     label = f"otel-rl {name}" if name in SUBCOMMANDS else "otel-rl"
     try:
         if name is None:
+            if argv == ["--version"]:
+                print(_version())
+                return 0
             if not argv or any(a in ("-h", "--help") for a in argv):
                 parser.print_help(sys.stdout)
                 return 0
