@@ -25,15 +25,24 @@ SOURCE = ROOT / "otel_rl" / "_internal" / "_hotpath.c"
 def main(argv: list[str]) -> int:
     target = SOURCE.with_name("_hotpath" + str(sysconfig.get_config_var("EXT_SUFFIX")))
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    # Built beside and renamed over: a process that has the old build loaded keeps its copy.
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
     command = [*cc, "-O2", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration",
-               f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(target)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+               f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(partial)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            os.replace(partial, target)
+    except OSError as exc:  # no compiler at all
+        done = subprocess.CompletedProcess(command, 1, "", str(exc))
+    finally:
+        partial.unlink(missing_ok=True)
     if done.returncode != 0:
         print(f"build_accel: building {target.name} failed (otel_rl runs pure Python):\n"
               f"{done.stdout}{done.stderr}", file=sys.stderr)
         return 1
     if "--quiet" not in argv:
-        print(f"build_accel: built {target.relative_to(ROOT)}")
+        print(f"build_accel: built {target.relative_to(ROOT)}{done.stdout}{done.stderr}")
     return 0
 
 

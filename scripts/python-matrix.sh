@@ -71,6 +71,19 @@ ensure_venv() {  # ensure_venv <python> <version> -> path of a ready venv (built
     echo "$venv"
 }
 
+build_accel() {  # build_accel <python> <version>: build the compiled hot path in place for it
+    # Tests import the checkout, so each interpreter needs its own build beside the source
+    # (what `pip install` does). A failed build fails that interpreter's run under CI (CI
+    # machines have a compiler); locally that run goes on with the pure-Python hot path.
+    "$1" scripts/build_accel.py && return 0
+    if [ -n "${CI:-}" ]; then
+        echo "python-matrix: cannot build the compiled hot path for Python $2: FAILED under CI"
+        echo "python-$2 nobuild 0" >>"$LOGS/results"
+        return 1
+    fi
+    echo "python-matrix: cannot build the compiled hot path for Python $2: pure Python"
+}
+
 run_logged() {  # run_logged <label> <command...>: tee its output, record status and seconds
     local label="$1" start rc
     shift
@@ -96,6 +109,7 @@ for v in $PYTHONS; do
         echo "python-$version novenv 0" >>"$LOGS/results"
         continue
     fi
+    build_accel "$venv/bin/python" "$version" || continue
     echo "== pytest on Python $version (without the framework trainings; $venv)"
     PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" run_logged "python-$version" \
         "$venv/bin/python" -m pytest tests -p no:otel_rl -p otel_rl.testing "$@" \
@@ -103,8 +117,22 @@ for v in $PYTHONS; do
 done
 
 version="$("$MAIN" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
-echo "== pytest on Python $version (the full suite)"
-run_logged "python-$version" "$MAIN" -m pytest tests "$@"
+if build_accel "$MAIN" "$version"; then
+    echo "== pytest on Python $version (the full suite)"
+    run_logged "python-$version" "$MAIN" -m pytest tests "$@"
+fi
+
+# The pure-Python hot path on its own: every run above runs the hot path's tests on both
+# paths (tests/fixtures/hot_path.py); this one runs them, and the processes they start, with
+# the compiled one switched off as `OTEL_RL_ACCELERATOR=false` (or a compiler-less install) has it.
+echo "== pytest on Python $version, pure-Python hot path (OTEL_RL_ACCELERATOR=false)"
+# shellcheck disable=SC2046
+OTEL_RL_ACCELERATOR=false run_logged "python-$version-pure" "$MAIN" -m pytest "$@" \
+    -m "not frameworks" tests/test_accel.py $("$MAIN" -c '
+import pathlib, sys
+sys.path.insert(0, ".")
+from tests.fixtures.hot_path import MODULES
+print(" ".join(sorted(str(p) for p in pathlib.Path("tests").rglob("test_*.py") if p.stem in MODULES)))')
 
 "$MAIN" - "$LOGS" <<'EOF'
 import re, sys
@@ -120,11 +148,12 @@ for line in (logs / "results").read_text().splitlines():
     label, status, took = line.split()
     name = label.removeprefix("python-")
     names.append(name)
-    if status in ("missing", "novenv"):
+    if status in ("missing", "novenv", "nobuild"):
         failed = True
         totals["errors"] += 1
-        print(f"  Python {name}: " + ("interpreter not found" if status == "missing"
-                                      else "test venv could not be built"))
+        print(f"  Python {name}: " + {"missing": "interpreter not found",
+                                      "novenv": "test venv could not be built",
+                                      "nobuild": "compiled hot path could not be built"}[status])
         continue
     seconds += float(took)
     lines = (logs / f"{label}.log").read_text(errors="replace").splitlines()

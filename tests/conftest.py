@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.prometheus",
     "tests.fixtures.chromium",
     "tests.fixtures.anchors",
+    "tests.fixtures.hot_path",
 ]

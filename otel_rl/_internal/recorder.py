@@ -617,9 +617,14 @@ def use_accelerator(on: bool) -> bool:
     return bool(_compiled)
 
 
+def accelerated() -> bool:
+    """Whether blocks run the compiled hot path."""
+    return bool(_compiled)
+
+
 def hot_path() -> str:
     """Which hot path times blocks, and why (`accel.describe`)."""
-    return accel.describe(bool(_compiled))
+    return accel.describe(accelerated())
 
 
 def tallied() -> int:
