@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ("pyproject.toml", "README.md", "LICENSE")
+PROJECT_FILES = ("pyproject.toml", "setup.py", "README.md", "LICENSE")
 
 
 def _run(*args: str | Path, cwd: Path) -> str:
@@ -41,7 +42,7 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     for name in PROJECT_FILES:
         shutil.copy2(REPO / name, source / name)
     shutil.copytree(REPO / "otel_rl", source / "otel_rl",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
 
     output = _run(sys.executable, "-m", "build", "--outdir", tmp_path / "dist", source,
                   cwd=tmp_path)
@@ -52,13 +53,18 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
                 if re.search(r"deprecat|SetuptoolsWarning|UserWarning", line, re.IGNORECASE)]
     assert warnings == []
     sdist, = (tmp_path / "dist").glob("otel_rl-*.tar.gz")
-    wheel, = (tmp_path / "dist").glob("otel_rl-*-py3-none-any.whl")
+    # With the compiled hot path (a compiler is here): a wheel for this interpreter.
+    wheel, = (tmp_path / "dist").glob("otel_rl-*.whl")
     with tarfile.open(sdist) as tar:
         assert any(name.endswith("/LICENSE") for name in tar.getnames())
+        assert any(name.endswith("/otel_rl/_internal/_hotpath.c") for name in tar.getnames())
     with zipfile.ZipFile(wheel) as zf:
         metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith("/METADATA"))
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in zf.namelist())
         assert "otel_rl/py.typed" in zf.namelist()
+        assert "otel_rl/_internal/_hotpath.pyi" in zf.namelist()
+        assert [n for n in zf.namelist() if n.endswith(".so")] == [
+            f"otel_rl/_internal/_hotpath{sysconfig.get_config_var('EXT_SUFFIX')}"]
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert "License-File: LICENSE" in metadata.splitlines()
 
@@ -71,3 +77,6 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     assert where.strip().startswith(str(venv))
     usage = _run(venv / "bin" / "otel-rl", "--help", cwd=tmp_path)
     assert usage.startswith("usage: otel-rl") and "demo" in usage
+    version = _run(venv / "bin" / "otel-rl", "--version", cwd=tmp_path)
+    assert re.fullmatch(r"otel-rl \S+ \(hot path: compiled \(otel_rl._internal._hotpath\)\)",
+                        version.strip())
