@@ -54,6 +54,7 @@ static PyObject *ns;           /* the recorder module's globals */
 static PyObject *real_clock;   /* time.perf_counter_ns: read natively while it is the clock */
 static PyObject *pure_init, *pure_enter, *pure_tallied_enter, *pure_exit;
 static PyObject *one, *nano;   /* 1 and 1e-9 */
+static PyObject *deque_type, *deque_append;  /* collections.deque and its unbound append */
 static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
     *s_buffer_cap, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append, *s_get, *s_pop;
 
@@ -426,6 +427,20 @@ has_room(PyObject *sink)
     return result;
 }
 
+/* Whether a record holds only ints, strs and None (no extra): such a tuple cannot be in a
+ * reference cycle, and the collector would untrack it at its first pass; untracked now, it
+ * costs no collector time while it waits in the buffer. */
+static int
+atomic(PyObject *record)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(record); i++) {
+        PyObject *item = PyTuple_GET_ITEM(record, i);
+        if (item != Py_None && !PyLong_CheckExact(item) && !PyUnicode_CheckExact(item))
+            return 0;
+    }
+    return 1;
+}
+
 static PyObject *
 timer_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -482,9 +497,18 @@ timer_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     if (room < 0)
         goto done;
     if (room) {
+        if (atomic(record))
+            PyObject_GC_UnTrack(record);
         if (PyList_CheckExact(sink)) {
             if (PyList_Append(sink, record) < 0)
                 goto done;
+        }
+        else if ((PyObject *)Py_TYPE(sink) == deque_type) {  /* the export buffer */
+            PyObject *args2[2] = {sink, record};
+            PyObject *r = PyObject_Vectorcall(deque_append, args2, 2, NULL);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
         }
         else {
             PyObject *r = PyObject_CallMethodOneArg(sink, s_append, record);
@@ -521,7 +545,7 @@ done:
 
 static PyMethodDef init_def = {
     "__init__", (PyCFunction)(void (*)(void))timer_init, METH_FASTCALL | METH_KEYWORDS,
-    "__init__($self, name, timer_stack=None, gpu=None, /)\n--\n\n"
+    "__init__($self, name, timer_stack=None, gpu=None)\n--\n\n"
     "The compiled `hierarchical_timer.__init__`."};
 static PyMethodDef enter_def = {
     "__enter__", (PyCFunction)timer_enter, METH_NOARGS,
@@ -531,7 +555,7 @@ static PyMethodDef tallied_enter_def = {
     "__enter__($self, /)\n--\n\nThe compiled `_tallied_enter`."};
 static PyMethodDef exit_def = {
     "__exit__", (PyCFunction)(void (*)(void))timer_exit, METH_FASTCALL | METH_KEYWORDS,
-    "__exit__($self, exc_type, exc, tb, /)\n--\n\nThe compiled `hierarchical_timer.__exit__`."};
+    "__exit__($self, exc_type, exc, tb)\n--\n\nThe compiled `hierarchical_timer.__exit__`."};
 
 static int
 find_field(int which, PyObject *cls, int subclasses)
@@ -641,6 +665,13 @@ PyInit__hotpath(void)
     real_clock = PyObject_GetAttrString(time, "perf_counter_ns");
     Py_DECREF(time);
     if (real_clock == NULL)
+        return NULL;
+    PyObject *collections = PyImport_ImportModule("collections");
+    if (collections == NULL)
+        return NULL;
+    deque_type = PyObject_GetAttrString(collections, "deque");
+    Py_DECREF(collections);
+    if (deque_type == NULL || (deque_append = PyObject_GetAttrString(deque_type, "append")) == NULL)
         return NULL;
     return PyModule_Create(&module_def);
 }
