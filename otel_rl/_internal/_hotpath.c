@@ -110,12 +110,61 @@ global(PyObject *key)
     return value;
 }
 
+/* The globals read at every block, cached while the recorder's namespace is unchanged: any
+ * change to it (a global rebound by `arm`, `use_tally`, `reseed_ids`, a swapped clock...)
+ * drops the whole cache. Python 3.12+ says so through a dict watcher; before, the dict's
+ * version tag (PEP 509) changes with every change. */
+enum { G_LOCAL, G_CLOCK, G_IDS, G_TALLY, G_BUFFER_CAP, N_CACHED };
+static PyObject **cached_keys[N_CACHED] = {&s_local, &s_clock, &s_ids, &s_tally, &s_buffer_cap};
+static PyObject *cached[N_CACHED];  /* borrowed from the namespace while the cache is valid */
+static int cache_valid;
+#if PY_VERSION_HEX >= 0x030C0000
+static int watcher_id = -1;
+
+static int
+namespace_changed(PyDict_WatchEvent Py_UNUSED(event), PyObject *Py_UNUSED(dict),
+                  PyObject *Py_UNUSED(key), PyObject *Py_UNUSED(new_value))
+{
+    cache_valid = 0;
+    return 0;
+}
+#else
+static uint64_t cache_version;
+#endif
+
+static PyObject *
+hot_global(int which)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (((PyDictObject *)ns)->ma_version_tag != cache_version)
+        cache_valid = 0;
+#endif
+    if (!cache_valid) {
+        for (int i = 0; i < N_CACHED; i++) {
+            cached[i] = PyDict_GetItemWithError(ns, *cached_keys[i]);
+            if (cached[i] == NULL && PyErr_Occurred())
+                return NULL;
+        }
+#if PY_VERSION_HEX < 0x030C0000
+        cache_version = ((PyDictObject *)ns)->ma_version_tag;
+#endif
+        cache_valid = 1;
+    }
+    PyObject *value = cached[which];
+    if (value == NULL) {
+        PyErr_Format(PyExc_NameError, "name '%U' is not defined", *cached_keys[which]);
+        return NULL;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
 /* perf_counter_ns() as the recorder sees it: natively while it is time.perf_counter_ns (the
  * same clock CPython reads), else by calling it (otel_rl.testing's deterministic clock). */
 static PyObject *
 now(void)
 {
-    PyObject *clock = global(s_clock);
+    PyObject *clock = hot_global(G_CLOCK);
     if (clock == NULL)
         return NULL;
     if (clock == real_clock) {
@@ -192,7 +241,7 @@ enter(PyObject *self, int tallied)
         return NULL;
     if (st == Py_None) {
         Py_DECREF(st);
-        PyObject *local = global(s_local);
+        PyObject *local = hot_global(G_LOCAL);
         if (local == NULL)
             return NULL;
         st = PyObject_GetAttr(local, s_stack);
@@ -265,7 +314,7 @@ enter(PyObject *self, int tallied)
         Py_DECREF(top);
         if (failed || set(st, S_TOP, self) < 0)
             goto done;
-        PyObject *ids = global(s_ids);
+        PyObject *ids = hot_global(G_IDS);
         if (ids == NULL)
             goto done;
         PyObject *sid = PyIter_Next(ids);
@@ -276,7 +325,7 @@ enter(PyObject *self, int tallied)
             goto done;
         }
         if (tallied) {  /* tally[st.slot] = self._sid = next(_ids) */
-            PyObject *tally = global(s_tally), *slot = NULL;
+            PyObject *tally = hot_global(G_TALLY), *slot = NULL;
             failed = tally == NULL || (slot = get(st, S_SLOT)) == NULL ||
                 PyObject_SetItem(tally, slot, sid) < 0;
             Py_XDECREF(tally);
@@ -409,7 +458,7 @@ has_room(PyObject *sink)
     Py_ssize_t n = PyObject_Size(sink);
     if (n < 0)
         return -1;
-    PyObject *cap = global(s_buffer_cap);
+    PyObject *cap = hot_global(G_BUFFER_CAP);
     if (cap == NULL)
         return -1;
     int result;
@@ -601,8 +650,15 @@ install(PyObject *Py_UNUSED(module), PyObject *args)
     for (int i = 0; i < N_FIELDS; i++)
         if (find_field(i, classes[i], i <= T_UP) < 0)
             return NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (watcher_id < 0 && (watcher_id = PyDict_AddWatcher(namespace_changed)) < 0)
+        return NULL;
+    if (PyDict_Watch(watcher_id, namespace) < 0)
+        return NULL;
+#endif
     Py_INCREF(namespace);
     Py_XSETREF(ns, namespace);
+    cache_valid = 0;
     Py_INCREF(init);
     Py_XSETREF(pure_init, init);
     Py_INCREF(enter_fn);
