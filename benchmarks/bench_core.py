@@ -337,7 +337,7 @@ def _hot_path() -> str:
     """The hot path the otel_rl variants but the `_py` ones ran."""
     from otel_rl._internal import accel
 
-    return accel.describe(accel.wanted() and accel.compiled() is not None)
+    return accel.describe(accel.chosen())
 
 
 def run(nests: int, sdk_nests: int, rounds: int, mem_nests: int, seed: int,

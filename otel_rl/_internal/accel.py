@@ -31,6 +31,12 @@ def wanted() -> bool:
     return True if value is None else bool(value)
 
 
+def chosen() -> bool:
+    """Whether a process started now runs the compiled hot path (what `recorder` picks at
+    import, before any `configure(accelerator=...)`)."""
+    return wanted() and compiled() is not None
+
+
 def describe(active: bool) -> str:
     """One line: the hot path in use and why."""
     if active:

@@ -140,13 +140,13 @@ def _version() -> str:
     """``otel-rl <version> (hot path: ...)``: which of the two hot paths this install runs."""
     from importlib import metadata
 
-    from otel_rl._internal import recorder
+    from otel_rl._internal import accel  # not the recorder: the CLI reads, it does not time
 
     try:
         version = metadata.version("otel-rl")
     except metadata.PackageNotFoundError:
         version = "(not installed)"
-    return f"otel-rl {version} (hot path: {recorder.hot_path()})"
+    return f"otel-rl {version} (hot path: {accel.describe(accel.chosen())})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
