@@ -21,13 +21,14 @@ is counted under `OTHER` (one warning).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 from otel_rl._internal import semconv
 from otel_rl._internal.shapes import OpenBlockInfo
 
-__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable",
+__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "extra_at",
            "tree_totals", "unique_paths"]
 
 #: Distinct block paths kept as their own series (per exporting process); more go to `OTHER`.
@@ -99,6 +100,12 @@ def _is_kind(extra: Any) -> bool:
         return False
     attrs = extra.get("attrs")
     return bool(attrs) and semconv.KIND in attrs
+
+
+def extra_at(records: Sequence[Any]) -> list[int]:
+    """Positions of the records that carry an extra (attributes, links: few), in one pass at
+    C speed (an extra is a non-empty dict or None)."""
+    return list(compress(range(len(records)), map(_EXTRA, records)))
 
 
 class PathResolver:
@@ -185,16 +192,22 @@ class PathResolver:
 
     # -- one batch -------------------------------------------------------------------------------
     def resolve(self, np: Any, pid: int, records: Any, last_chance: bool,
-                extras: bool = True, threads: Mapping[int, str] | None = None,
+                extras: Sequence[int] | None = None, threads: Mapping[int, str] | None = None,
                 by_name: Mapping[str, int] | None = None) -> Any:
         """Path codes of `records` (-1: parent not known yet; with `last_chance`, those count
-        as top-level). `extras`: whether any record has one; `threads`: the batch's thread
-        names (one thread: its records need no thread id column); `by_name`: the path of
-        each block name that has one path only (`unique_paths`), -1 for others."""
+        as top-level). `extras`: the positions of the records that have one (`extra_at`;
+        None: look); `threads`: the batch's thread names (one thread: its records need no
+        thread id column); `by_name`: the path of each block name that has one path only
+        (`unique_paths`), -1 for others."""
         n = len(records)
-        if by_name is not None and not extras:
-            # The common case, at one column's cost: every name has one path.
+        if extras is None:
+            extras = extra_at(records)
+        kinds = [i for i in extras if _is_kind(records[i][7])]
+        if by_name is not None:
+            # The common case, at one column's cost: every block's name has one path (the
+            # run, window and aggregate spans of the batch are no block's parent here).
             codes = np.fromiter(map(by_name.__getitem__, map(_NAME, records)), np.int64, n)
+            codes[kinds] = ROOT
             if (codes >= 0).all():
                 return codes
         sids = np.fromiter(map(_SID, records), np.uint64, n)
@@ -214,9 +227,7 @@ class PathResolver:
         codes = np.full(n, -1, np.int64)
         parent_codes = np.full(n, -1, np.int64)
         parent_codes[inside & ~same] = ROOT  # a parent in another thread: a top-level block
-        if extras:
-            kinds = [i for i, r in enumerate(records) if _is_kind(r[7])]
-            codes[kinds] = ROOT
+        codes[kinds] = ROOT
         outside = np.flatnonzero(~inside)
         if len(outside):
             unique, back = np.unique(psids[outside], return_inverse=True)
