@@ -279,11 +279,19 @@ class Metrics:
         # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
         # is 20x slower on large batches).
         n = len(records)
-        extras = metrics_paths.extra_at(records)
+        columns = batch.columns
+        if columns is not None and len(columns.sids) == n:  # a relayed batch: no Python step
+            extras = columns.extras
+            durations = (np.frombuffer(columns.ends, np.int64)
+                         - np.frombuffer(columns.starts, np.int64))
+        else:
+            columns = None
+            extras = metrics_paths.extra_at(records)
+            durations = (np.fromiter(map(_END, records), np.int64, n)
+                         - np.fromiter(map(_START, records), np.int64, n))
         path_codes = self.resolver.resolve(np, pid if isinstance(pid, int) else 0, records,
-                                           last_chance, extras, batch.thread_names, by_name)
-        durations = (np.fromiter(map(_END, records), np.int64, n)
-                     - np.fromiter(map(_START, records), np.int64, n))
+                                           last_chance, extras, batch.thread_names, by_name,
+                                           columns)
         keep = path_codes >= 0
         if not keep.all():
             late = np.flatnonzero(~keep).tolist()
