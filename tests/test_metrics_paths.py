@@ -201,6 +201,36 @@ def test_this_processes_names_with_one_path_in_its_trees_take_it_without_parent_
     assert _counts(metrics)[("update", "update", "rollout")] == 1
 
 
+
+def test_a_few_names_at_several_paths_are_placed_by_parent_among_names_placed_by_name() -> None:
+    """Only the records whose name has several paths are placed by parent ids; their
+    parents may be records placed by name, other such records, a block still open, or a
+    block of another thread (then they are top-level)."""
+    import os
+
+    pid = os.getpid()
+    here = {"process.pid": pid}
+    trees = [_tree("main_loop/update/forward", "main_loop/evaluate/forward",
+                   "main_loop/evaluate/forward/forward", "forward", "init")]
+    opened = [(pid, 50, 8, "evaluate", 0, TID), (pid, 8, 0, "main_loop", 0, TID)]
+    metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict, scalars=list,
+                        local=lambda: trees, open_blocks=lambda: opened)
+    records = [_rec(100 + i, 0, "init") for i in range(20)]
+    records += [
+        _rec(3, 4, "forward"), _rec(4, 8, "update"),  # parent placed by name
+        _rec(5, 50, "forward"),  # parent open: main_loop/evaluate
+        _rec(7, 6, "forward"), _rec(6, 50, "forward"),  # parent of the same kind, then open
+        _rec(9, 4, "forward", tid=TID + 1)]  # parent in another thread: top-level
+    metrics.observe([Batch(here, 0, records, {TID: "MainThread", TID + 1: "t"})],
+                    exemplars=True)
+    assert _counts(metrics) == {
+        ("init", "init", "main"): 20, ("main_loop/update", "update", "main"): 1,
+        ("main_loop/update/forward", "forward", "main"): 1,
+        ("main_loop/evaluate/forward", "forward", "main"): 2,
+        ("main_loop/evaluate/forward/forward", "forward", "main"): 1,
+        ("forward", "forward", "main"): 1}
+    assert metrics.resolver.unplaced == 0
+
 # --- a real run: paths of blocks drained while their parents are still open ----------------------
 
 def _counts_in(request: Any) -> dict[str, int]:

@@ -206,14 +206,21 @@ class PathResolver:
         if extras is None:
             extras = extra_at(records)
         kinds = [i for i in extras if _is_kind(records[i][7])]
+        name_ids = self.table.name_ids
+        sub: Any = None  # the positions to place by parent ids (None: all)
         if by_name is not None:
             # The common case, at one column's cost: every block's name has one path (the
             # run, window and aggregate spans of the batch are no block's parent here).
             codes = np.fromiter(map(by_name.__getitem__, map(_NAME, records)), np.int64, n)
             codes[kinds] = ROOT
-            if (codes >= 0).all():
+            sub = np.flatnonzero(codes < 0)
+            if not len(sub):
                 return codes
-        name_ids = self.table.name_ids
+            if 4 * len(sub) > n:
+                sub = None  # many names at several paths: place every record
+        if sub is None:
+            codes = np.full(n, -1, np.int64)
+            codes[kinds] = ROOT
         if columns is not None:
             sids = np.frombuffer(columns.sids, np.uint64)
             psids = np.frombuffer(columns.psids, np.uint64)
@@ -222,22 +229,30 @@ class PathResolver:
                                   np.int64)[np.frombuffer(columns.name_idx, np.uint32)]
         else:
             sids = np.fromiter(map(_SID, records), np.uint64, n)
-            psids = np.fromiter(map(_PSID, records), np.uint64, n)
             single = next(iter(threads)) if threads is not None and len(threads) == 1 else None
             if isinstance(single, int) and single >= 0:
                 tids = np.full(n, single, np.uint64)
             else:
                 tids = np.fromiter(map(_TID, records), np.uint64, n)
-            name_codes = np.fromiter(map(name_ids.__getitem__, map(_NAME, records)), np.int64, n)
+            # Parent ids and names only of the records to place (a few names at several
+            # paths among names at one: the others have their code by name already).
+            chosen = records if sub is None else [records[i] for i in sub.tolist()]
+            psids = np.fromiter(map(_PSID, chosen), np.uint64, len(chosen))
+            name_codes = np.fromiter(map(name_ids.__getitem__, map(_NAME, chosen)), np.int64,
+                                     len(chosen))
+        if sub is None:
+            sub = np.arange(n)
+        elif len(psids) == n:  # columns: take the records to place
+            psids, name_codes = psids[sub], name_codes[sub]
         name_list = name_ids.names
         width = len(name_list)
         index = _Index(np, sids)
+        # Below, per record to place (`sub`): its parent's position and placement.
         inside, parent = index.find_all(psids)
-        same = inside & (tids[parent] == tids)
-        codes = np.full(n, -1, np.int64)
-        parent_codes = np.full(n, -1, np.int64)
+        mine = tids[sub]
+        same = inside & (tids[parent] == mine)
+        parent_codes = np.full(len(sub), -1, np.int64)
         parent_codes[inside & ~same] = ROOT  # a parent in another thread: a top-level block
-        codes[kinds] = ROOT
         outside = np.flatnonzero(~inside)
         if len(outside):
             unique, back = np.unique(psids[outside], return_inverse=True)
@@ -246,14 +261,14 @@ class PathResolver:
             utids = np.array([0 if t is None else t for _, t in found], np.uint64)
             rooted = np.array([t is None for _, t in found], bool)
             # A parent in another thread: a top-level block of this thread.
-            other = ~rooted[back] & (utids[back] != tids[outside])
+            other = ~rooted[back] & (utids[back] != mine[outside])
             parent_codes[outside] = np.where(other, ROOT, ucodes[back])
 
         def settle() -> None:
             """Codes for every record whose parent's code is known, outermost first (one
             pass per nesting level, over the records still without a code)."""
             child = self.table.child
-            todo = np.flatnonzero(codes < 0)
+            todo = np.flatnonzero(codes[sub] < 0)
             while len(todo):
                 known = np.where(same[todo], codes[parent[todo]], parent_codes[todo])
                 ready = known >= 0
@@ -264,12 +279,12 @@ class PathResolver:
                                        return_inverse=True)
                 made = np.array([child(k // width, name_list[k % width])
                                  for k in keys.tolist()], np.int64)
-                codes[at] = made[back.reshape(-1)]
+                codes[sub[at]] = made[back.reshape(-1)]
                 todo = todo[~ready]
 
         settle()
         if last_chance:
-            waiting = (codes < 0) & ~same  # their parent never showed: top-level
+            waiting = (codes[sub] < 0) & ~same  # their parent never showed: top-level
             if waiting.any():
                 self.unplaced += int(waiting.sum())
                 parent_codes[waiting] = ROOT
