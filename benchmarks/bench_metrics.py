@@ -121,6 +121,68 @@ def export_size(paths: int = 100, runs: int = 1000, exponential: bool = False) -
             "bytes_with_exemplars": len(with_exemplars), "series": metrics.series()}
 
 
+def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
+    """Flush-thread CPU of `Metrics.observe` per record (µs, median and range of `repeats`) for
+    a 3-deep nest `a/b/c` (every third nest also runs `x` under `b`, and `x` also sits at
+    `a/x` in the trees), by where the records come from: this process (names at one path
+    in its trees: one name column), this process with `x` at two paths (those records
+    placed by parent ids), and a relaying worker's batch as it arrives (typed columns)."""
+    import os
+    import time
+
+    from otel_rl._internal import metrics as m
+    from otel_rl._internal import relay
+    from otel_rl._internal.otlp.records import Batch
+    from otel_rl._internal.recorder import TimerNode
+    from otel_rl._internal.sinks.base import Stats
+
+    def tree(*paths: str) -> Any:
+        root = TimerNode("root")
+        for path in paths:
+            node = root
+            for name in path.split("/"):
+                node = node.get_child(name)
+        return root
+
+    records: list[Any] = []
+    sid, t = 10, 0
+    for i in range(nests):
+        a, b, c, x = sid, sid + 1, sid + 2, sid + 3
+        sid += 4
+        records += [(c, b, "c", t, t + 300 + i % 7, 7, 5, None),
+                    (b, a, "b", t, t + 9_000, 7, 5, None)]
+        if i % 3 == 0:
+            records.append((x, b, "x", t, t + 2_000, 7, 5, None))
+        records.append((a, 1, "a", t, t + 20_000 + i % 1000, 7, 5, None))
+        t += 30_000
+    here = {"process.pid": os.getpid()}
+    worker = {"process.pid": -1, "otel_rl.worker.role": "rollout", "otel_rl.worker.index": 0}
+    sources = {
+        "this process, names at one path": (here, [tree("a/b/c", "a/b/x")]),
+        "this process, `x` at two paths": (here, [tree("a/b/c", "a/b/x", "a/x")]),
+        "relayed worker (columns)": (worker, None),
+    }
+    result: dict[str, Any] = {"records": len(records)}
+    for label, (resource, trees) in sources.items():
+        costs = []
+        for attempt in range(repeats + 1):  # the first warms up (imports, first-use tables)
+            metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict,
+                                scalars=list, roots=lambda: {1},
+                                local=None if trees is None else (lambda t=trees: t))
+            batch = Batch(resource, 0, records, {7: "MainThread"})
+            if trees is None:
+                frame = relay.encode_columns(batch)
+                batch = relay.decode_columns(frame[relay._HEADER.size:])
+            t0 = time.thread_time_ns()
+            metrics.observe([batch], exemplars=False, final=True)
+            if attempt:
+                costs.append((time.thread_time_ns() - t0) / len(records) / 1000)
+            runs = sum(sum(h.counts) for h in metrics.hists.values())
+            assert runs == len(records), (label, runs)
+        result[label] = _spread(costs)
+    return result
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -168,6 +230,7 @@ def run(nests: int, rounds: int, seed: int) -> dict[str, Any]:
         summary["metrics_on"][key] = paired
     return {"config": {"nests": nests, "rounds": rounds, "seed": seed}, "summary": summary,
             "export": export_size(), "export_exponential": export_size(exponential=True),
+            "observe": observe_cost(),
             "environment": bench_core.environment()}
 
 
@@ -214,6 +277,11 @@ def render(results: dict[str, Any]) -> str:
         f"{'meets' if meets_off else '**over**'}; ≤ 0.75× ML-Agents on the training thread — "
         f"{'meets' if meets_ml else '**over**'} (ML-Agents does all its work on that thread; "
         "otel_rl's flush work is the column above).",
+        "", f"### Counting cost by where the records come from ({results['observe']['records']:,}"
+        " records of a 3-deep nest, `Metrics.observe`, flush-thread CPU)", "",
+        bench_core.markdown_table(["records", "µs per record, median (min–max)"], [
+            [label, f"{v['median']:.3f} ({v['min']:.3f}–{v['max']:.3f})"]
+            for label, v in results["observe"].items() if label != "records"]),
         "", f"### One metrics export: {export['paths']} block paths, {export['roles']} roles, "
         f"{export['workers']} worker processes", "",
         bench_core.markdown_table(
