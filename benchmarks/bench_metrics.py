@@ -157,7 +157,7 @@ def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
         t += 30_000
     here = {"process.pid": os.getpid()}
     worker = {"process.pid": -1, "otel_rl.worker.role": "rollout", "otel_rl.worker.index": 0}
-    sources = {
+    sources: dict[str, tuple[dict[str, Any], list[Any] | None]] = {
         "this process, names at one path": (here, [tree("a/b/c", "a/b/x")]),
         "this process, `x` at two paths": (here, [tree("a/b/c", "a/b/x", "a/x")]),
         "relayed worker (columns)": (worker, None),
@@ -168,7 +168,7 @@ def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
         for attempt in range(repeats + 1):  # the first warms up (imports, first-use tables)
             metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict,
                                 scalars=list, roots=lambda: {1},
-                                local=None if trees is None else (lambda t=trees: t))
+                                local=None if trees is None else _constant(trees))
             batch = Batch(resource, 0, records, {7: "MainThread"})
             if trees is None:
                 frame = relay.encode_columns(batch)
@@ -181,6 +181,10 @@ def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
             assert runs == len(records), (label, runs)
         result[label] = _spread(costs)
     return result
+
+
+def _constant(value: Any) -> Any:
+    return lambda: value
 
 
 def _spread(values: list[float]) -> dict[str, float]:
