@@ -275,11 +275,9 @@ class PathResolver:
                 if not ready.any():
                     return
                 at = todo[ready]
-                keys, back = np.unique(known[ready] * width + name_codes[at],
-                                       return_inverse=True)
-                made = np.array([child(k // width, name_list[k % width])
-                                 for k in keys.tolist()], np.int64)
-                codes[sub[at]] = made[back.reshape(-1)]
+                pairs = known[ready] * width + name_codes[at]
+                codes[sub[at]] = _distinct_map(np, pairs, lambda k: child(k // width,
+                                                                           name_list[k % width]))
                 todo = todo[~ready]
 
         settle()
@@ -291,6 +289,20 @@ class PathResolver:
                 settle()
         self._recent.append((pid, index, codes, tids))
         return codes
+
+
+def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
+    """`make` of each of `keys` (non-negative ints), called once per distinct key: through a
+    table when the keys span a small range (no sort), else `np.unique`."""
+    top = int(keys.max()) + 1
+    if top <= 4 * len(keys) + 65_536:
+        distinct = np.flatnonzero(np.bincount(keys, minlength=top))
+        table = np.zeros(top, np.int64)
+        table[distinct] = [make(k) for k in distinct.tolist()]
+        return table[keys]
+    distinct, back = np.unique(keys, return_inverse=True)
+    made = np.array([make(k) for k in distinct.tolist()], np.int64)
+    return made[back.reshape(-1)]
 
 
 class _Index:
