@@ -234,7 +234,7 @@ def run(nests: int, rounds: int, seed: int) -> dict[str, Any]:
         summary["metrics_on"][key] = paired
     return {"config": {"nests": nests, "rounds": rounds, "seed": seed}, "summary": summary,
             "export": export_size(), "export_exponential": export_size(exponential=True),
-            "observe": observe_cost(),
+            "observe": observe_cost(min(30_000, max(300, nests))),
             "environment": bench_core.environment()}
 
 
