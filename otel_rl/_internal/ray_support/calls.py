@@ -24,6 +24,7 @@ tasks``) list such calls under the longer name.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
@@ -37,6 +38,9 @@ from otel_rl._internal.runtime import Runtime
 KEY = "__otel_rl_ctx__"
 #: What separates the program's task name from the carrier in a call's task name.
 MARK = "\x1fotel_rl\x1f"
+#: The environment variable an actor created through Ray Client finds its creator's context
+#: in (`client.ENV`).
+CLIENT_ENV = "OTEL_RL_RAY_CALL"
 _SEP = "\x1f"
 _VERSION = "1"
 
@@ -165,6 +169,11 @@ def set_late_env(env: dict[str, Any] | None) -> None:
     global late_env, _late_task_env
     if env is None:
         late_env = _late_task_env = None
+        return
+    from otel_rl._internal.ray_support import client
+
+    if client.connected():  # Ray Client: the server parses it (`client._with_context`)
+        late_env, _late_task_env = env, None
         return
     from ray._private.utils import get_runtime_env_info, parse_runtime_env_for_task_or_actor
 
@@ -361,6 +370,8 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
                 handed = _carrier_in_task_name()
             except Exception:  # another Ray: the call runs as without otel_rl
                 handed = None
+            if handed is None and is_init:  # made from a Ray Client driver (`client.ENV`)
+                handed = os.environ.get(CLIENT_ENV)
         rt = runtime.active()
         base = (_base_of(rt, handed) if rt is not None and isinstance(handed, (bytes, str))
                 else None)
