@@ -116,6 +116,16 @@ def _carrier_for_call() -> str | None:
     if own:
         return None  # otel_rl's own threads deliver and collect
     try:
+        # The carrier made last on this thread, while the same block is open (the checks of
+        # `carrier_text`, without its lookups: a whole call costs Ray a few tens of µs).
+        cached = made.get("last")
+        if cached is not None:
+            st = recorder.thread_stack()
+            top = st.top
+            if cached[0] is top and cached[1] is st and cached[3] == top._sid:
+                rt = runtime.active()
+                if rt is not None and rt.settings.propagate:
+                    return cached[2]  # type: ignore[no-any-return]
         return carrier_text()
     except Exception:
         return None
@@ -199,16 +209,22 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
                 kwargs[KEY] = value.encode("utf-8")
             return original(self, args, kwargs, *rest, **options)
     else:
+        is_method = name == "method"
+
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
             value = _carrier_for_call()
-            if value is not None and not _cross_language(self) and not _client_mode():
-                if rest and name == "method":  # ActorMethod._remote(args, kwargs, name, ...)
-                    rest = (_named(rest[0], value, self, default), *rest[1:])
+            if value is not None and not _client_mode():
+                if rest and is_method:  # ActorMethod._remote(args, kwargs, name, ...)
+                    named = _call_name(self, value, rest[0], is_method, default)
+                    if named is not None:
+                        rest = (named, *rest[1:])
                 else:
-                    options["name"] = _named(options.get("name"), value, self, default)
-                if (_late_task_env is not None and name == "task" and not rest
-                        and not options.get("serialized_runtime_env_info")):
+                    named = _call_name(self, value, options.get("name"), is_method, default)
+                    if named is not None:
+                        options["name"] = named
+                if (named is not None and _late_task_env is not None and not is_method
+                        and not rest and not options.get("serialized_runtime_env_info")):
                     options["serialized_runtime_env_info"] = _late_task_env
             return original(self, args, kwargs, *rest, **options)
 
@@ -216,6 +232,34 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     _remote.__doc__ = original.__doc__
     _remote.__wrapped__ = original  # type: ignore[attr-defined]
     return _remote
+
+
+#: Where a remote function, or an actor handle (for its methods), keeps the task names its
+#: last calls were given: {method name or None: (carrier, given name, task name)}. A caller
+#: calls the same few targets from the same block over and over; the name is made once.
+_MEMO = "_otel_rl_names"
+
+
+def _call_name(target: Any, value: str, given: Any, is_method: bool,
+               default: Callable[[Any], str]) -> Any:
+    """The task name a call of `target` from the block `value` stands for is given (the
+    program's `given` name, or Ray's default, with the carrier); None: it carries none."""
+    try:
+        owner = target._actor if is_method else target
+        memo = owner.__dict__.get(_MEMO)
+        if memo is None:
+            memo = owner.__dict__[_MEMO] = {}
+        key = target._method_name if is_method else None
+    except Exception:
+        return None if _cross_language(target) else _named(given, value, target, default)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is value and hit[1] == given:
+        return hit[2]
+    named = None if _cross_language(target) else _named(given, value, target, default)
+    if len(memo) > 256:
+        memo.clear()
+    memo[key] = (value, given, named)
+    return named
 
 
 def _cross_language(target: Any) -> bool:
