@@ -201,16 +201,21 @@ def test_ray_client_driver_carries_context(ray_venv: Venv, tmp_path: Path,
     driver's process; they still carry the caller's block (tasks, actor creations, sync,
     async and threaded actors, nested tasks, ray.wait from another thread), the workers join
     the run with their roles, the spans rebuild the same tree, and the program's own
-    runtime_env and task names are kept. Zero code under ``otel-rl run``, and with
+    runtime_env and task names are kept, and a worker without otel_rl still runs its call.
+    Zero code under ``otel-rl run``, and with
     ``otel_rl.configure()`` in the program (``OTEL_RL_CONFIGURE=1``)."""
     client_port = _free_port()
     with _head(ray_venv, tmp_path, f"--ray-client-server-port={client_port}"):
         # The client server takes connections once the head is up; the driver retries.
         extra = {} if zero_code else {"OTEL_RL_CONFIGURE": str(tmp_path / "out")}
         done, out = _run(ray_venv, tmp_path, "calls", f"ray://127.0.0.1:{client_port}",
-                         zero_code=zero_code, RAY_AUTH_MODE="disabled", **extra)
+                         zero_code=zero_code, RAY_AUTH_MODE="disabled",
+                         SHADOW_OTEL_RL=str(_shadow(tmp_path)), **extra)
         facts = _result(done)
     assert facts["hook"] == "ran"  # the program's runtime_env env_vars reach its tasks
+    # A task with a runtime_env of its own, on a worker where otel_rl cannot be imported:
+    # it runs, its keyword argument intact, and its task name is the program's.
+    assert facts["plain"] == 5 and facts["plain_name"] == "task_name"
     assert facts["names"] == ["task_name", "mine"]
     assert facts["threads"] == 2 and facts["waited"] == 1
     tree = load(out / "timers.json")

@@ -137,23 +137,45 @@ def _with_context(instance: Any, value: str) -> Any:
         stub, options = instance._remote_stub, dict(instance._options or {})
     else:
         stub, options = instance, {}
-    own_env = options.get("runtime_env") or (getattr(stub, "_options", None) or {}).get(
-        "runtime_env")
     late = calls.late_env
+    if late is None:
+        return instance
     if isinstance(stub, ClientActorClass):
-        if own_env or late is None:
-            return instance  # its own runtime_env: its process may not join the run
-        env = {**late, "env_vars": {**late.get("env_vars", {}), ENV: value}}
+        env = _joining_env(options, stub, late)
+        if env is None:
+            return instance  # a setup hook of its own: its process cannot join the run
+        env["env_vars"][ENV] = value
         options["runtime_env"] = env
     elif isinstance(stub, ClientRemoteFunc):
+        env = _joining_env(options, stub, late)
+        if env is None:
+            return instance
+        options["runtime_env"] = env
         options["name"] = calls._named(options.get("name"), value, stub, _func_name)
-        if late is not None and not own_env:
-            options["runtime_env"] = late
     elif isinstance(stub, ClientRemoteMethod):
         options["name"] = calls._named(options.get("name"), value, stub, _method_name)
     else:
         return instance
     return OptionWrapper(stub, options)
+
+
+def _joining_env(options: dict[str, Any], stub: Any,
+                 late: dict[str, Any]) -> dict[str, Any] | None:
+    """The runtime_env that makes the call's worker process join the run: the call's own
+    (given to ``.options`` or ``@ray.remote``) with the run's setup-hook variable added to its
+    ``env_vars`` (so a worker where otel_rl cannot be imported still takes the carrier off),
+    or the run's alone; None if the call brings a setup hook of its own."""
+    own = options.get("runtime_env") or (getattr(stub, "_options", None) or {}).get(
+        "runtime_env")
+    if not own:
+        return {**late, "env_vars": dict(late.get("env_vars") or {})}
+    own = dict(own)
+    env_vars = dict(own.get("env_vars") or {})
+    if own.get("worker_process_setup_hook") or any(k in env_vars for k in late["env_vars"]):
+        return None
+    env_vars.update(late["env_vars"])
+    own["env_vars"] = env_vars
+    return own
 
 
 def _func_name(stub: Any) -> str:
