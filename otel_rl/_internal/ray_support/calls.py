@@ -106,7 +106,7 @@ class internal:
         _made.internal -= 1
 
 
-def _carrier_for_call() -> str | None:
+def carrier_for_call() -> str | None:
     made = _made.__dict__  # this thread's
     if made.get("internal"):
         return None  # otel_rl's own calls (`internal`)
@@ -155,7 +155,7 @@ def _method_name(target: Any) -> str:
     return f"{owner}.{target._method_name}" if owner else str(target._method_name)
 
 
-def _named(name: Any, value: str, target: Any, default: Callable[[Any], str]) -> Any:
+def task_name_with(name: Any, value: str, target: Any, default: Callable[[Any], str]) -> Any:
     if name is not None and not isinstance(name, str):
         return name  # not a name Ray takes: let Ray say so
     try:
@@ -175,14 +175,12 @@ _late_task_env: str | None = None
 joined = False
 
 
-def set_late_env(env: dict[str, Any] | None) -> None:
+def set_late_env(env: dict[str, Any] | None, on_client: bool = False) -> None:
     global late_env, _late_task_env
     if env is None:
         late_env = _late_task_env = None
         return
-    from otel_rl._internal.ray_support import client
-
-    if client.connected():  # Ray Client: the server parses it (`client._with_context`)
+    if on_client:  # Ray Client: the server parses it (`client`)
         late_env, _late_task_env = env, None
         return
     from ray._private.utils import get_runtime_env_info, parse_runtime_env_for_task_or_actor
@@ -199,8 +197,8 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     if name == "actor":
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
-            value = _carrier_for_call() if joined else None
-            if value is not None and not _cross_language(self) and not _client_mode():
+            value = carrier_for_call() if joined else None
+            if value is not None and not _cross_language(self) and not client_mode():
                 if late_env is not None:
                     if options.get("runtime_env"):  # its own: its worker may not join
                         return original(self, args, kwargs, *rest, **options)
@@ -213,8 +211,8 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
 
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
-            value = _carrier_for_call()
-            if value is not None and not _client_mode():
+            value = carrier_for_call()
+            if value is not None and not client_mode():
                 if rest and is_method:  # ActorMethod._remote(args, kwargs, name, ...)
                     named = _call_name(self, value, rest[0], is_method, default)
                     if named is not None:
@@ -251,11 +249,11 @@ def _call_name(target: Any, value: str, given: Any, is_method: bool,
             memo = owner.__dict__[_MEMO] = {}
         key = target._method_name if is_method else None
     except Exception:
-        return None if _cross_language(target) else _named(given, value, target, default)
+        return None if _cross_language(target) else task_name_with(given, value, target, default)
     hit = memo.get(key)
     if hit is not None and hit[0] is value and hit[1] == given:
         return hit[2]
-    named = None if _cross_language(target) else _named(given, value, target, default)
+    named = None if _cross_language(target) else task_name_with(given, value, target, default)
     if len(memo) > 256:
         memo.clear()
     memo[key] = (value, given, named)
@@ -274,7 +272,7 @@ def _cross_language(target: Any) -> bool:
         return True
 
 
-def _client_mode() -> bool:
+def client_mode() -> bool:
     should_convert = _original.get("client_mode")
     if should_convert is None:
         return True

@@ -91,7 +91,7 @@ def patch_submit() -> None:
     original = _original["call_remote"] = cls.call_remote
 
     def call_remote(self: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:
-        value = calls._carrier_for_call() if calls.joined else None
+        value = calls.carrier_for_call() if calls.joined else None
         if value is not None:
             try:
                 instance = _with_context(instance, value)
@@ -151,9 +151,9 @@ def _with_context(instance: Any, value: str) -> Any:
         if env is None:
             return instance
         options["runtime_env"] = env
-        options["name"] = calls._named(options.get("name"), value, stub, _func_name)
+        options["name"] = calls.task_name_with(options.get("name"), value, stub, _func_name)
     elif isinstance(stub, ClientRemoteMethod):
-        options["name"] = calls._named(options.get("name"), value, stub, _method_name)
+        options["name"] = calls.task_name_with(options.get("name"), value, stub, _method_name)
     else:
         return instance
     return OptionWrapper(stub, options)

@@ -67,7 +67,7 @@ def _join_running() -> None:
     rt = runtime.active()
     on_client = client.connected()
     if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
-            or _driver is not None or (calls._client_mode() and not on_client)):
+            or _driver is not None or (calls.client_mode() and not on_client)):
         return
     from otel_rl._internal.ray_support.driver import Driver
 
@@ -75,7 +75,7 @@ def _join_running() -> None:
         driver = Driver(rt)
         if on_client:  # Ray Client (``ray://``): its own submission point
             client.patch_submit()
-        calls.set_late_env(driver.late_runtime_env())
+        calls.set_late_env(driver.late_runtime_env(), on_client)
         driver.start_collector()
     except Exception as exc:
         calls.set_late_env(None)
