@@ -22,7 +22,9 @@ import threading
 from typing import Any
 
 from otel_rl._internal import procstate, recorder, runtime, semconv
+from otel_rl._internal.record import make
 from otel_rl._internal.recorder import Base, TimerStack
+from otel_rl._internal.shapes import AttributeValue
 
 __all__ = ["Component", "close_all", "role_of", "stack_for", "switch_to"]
 
@@ -170,10 +172,12 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
         trace = comp.trace
         if not spans_on or trace is None or base is None:
             continue
-        attrs = {semconv.COMPONENT: component.name, semconv.COMPONENT_ROLE: component.role,
-                 semconv.COMPONENT_INDEX: component.index}
-        buffer.append((component.span_id, base.span_id, component.name, component.start_ns,
-                       end_ns, comp.tid, trace.trace_id, {"attrs": attrs}))
+        attrs: dict[str, AttributeValue] = {
+            semconv.COMPONENT: component.name, semconv.COMPONENT_ROLE: component.role,
+            semconv.COMPONENT_INDEX: component.index}
+        buffer.append(make(component.span_id, base.span_id, component.name,
+                           component.start_ns, end_ns, comp.tid, trace.trace_id,
+                           {"attrs": attrs}))
         comp.pop_open(component.span_id)  # recorded: not open any more (not cut short)
 
 

@@ -30,8 +30,8 @@ from types import TracebackType
 from typing import Any
 
 from otel_rl._internal import log, procstate, recorder, semconv
+from otel_rl._internal.record import SPAN_ID, Record, with_attrs
 from otel_rl._internal.recorder import TimerNode, hierarchical_timer
-from otel_rl._internal.shapes import Record
 from otel_rl._internal.threads import Daemon, sleep, start_daemon, stopping
 
 #: Seconds a block's span waits for its GPU time (and shutdown for pending pairs).
@@ -406,7 +406,7 @@ def ready(records: list[Record]) -> list[Record]:
     out: list[Record] = []
     now = time.monotonic()
     for record in pending_records:
-        pending = spans.get(record[0])
+        pending = spans.get(record[SPAN_ID])
         if pending is None:
             out.append(record)
             continue
@@ -414,15 +414,13 @@ def ready(records: list[Record]) -> list[Record]:
                 not pending.t_end or now - pending.t_end < timeout):
             _held.append(record)
             continue
-        spans.pop(record[0], None)
+        spans.pop(record[SPAN_ID], None)
         attrs: dict[str, Any]
         if pending.state == RESOLVED:
             attrs = {semconv.GPU_SECONDS: pending.seconds, semconv.GPU_DEVICE: pending.device}
         else:
             attrs = {semconv.GPU_TIMED_OUT: True, semconv.GPU_DEVICE: pending.device}
-        extra: dict[str, Any] = dict(record[7]) if record[7] else {}
-        extra["attrs"] = {**(extra.get("attrs") or {}), **attrs}
-        out.append((*record[:7], extra))  # type: ignore[arg-type]
+        out.append(with_attrs(record, attrs))
     if _closing:
         spans.clear()  # the last drain: what is left belongs to spans that were not kept
     return out

@@ -16,14 +16,15 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from otel_rl._internal import log, tallyfile
+from otel_rl._internal.record import SPAN_ID, TRACE_ID, make
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.records import Batch
     from otel_rl._internal.runtime import Runtime
-    from otel_rl._internal.shapes import Snapshot, TreeInputs
+    from otel_rl._internal.shapes import AttributeValue, Snapshot, TreeInputs
     from otel_rl._internal.sinks.base import Stats
     from otel_rl._internal.sinks.queue import SinkQueue
 
@@ -152,10 +153,10 @@ def relayed(rt: Runtime, batch: Batch) -> None:
             records = batch.records
             if records:
                 workers.shape[pid] = (batch.resource, batch.offset_ns, batch.thread_names,
-                                      int(records[-1][6]))
+                                      int(records[-1][TRACE_ID]))
             opened = workers.open_sids.get(pid)
             if opened:  # blocks open at its last report that ended since
-                opened.difference_update([record[0] for record in records])
+                opened.difference_update([record[SPAN_ID] for record in records])
         except (TypeError, IndexError, ValueError):
             pass  # not records as this module knows them: no cut-short copies then
 
@@ -287,13 +288,18 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
         return 0
     resource, offset_ns, thread_names, trace_id = shape
     end_ns = recorder.now_ns()
-    attrs = {semconv.CUT_SHORT: True, semconv.DIED: f"process died ({how})"}
+    attrs: dict[str, AttributeValue] = {semconv.CUT_SHORT: True,
+                                        semconv.DIED: f"process died ({how})"}
     records: list[Any] = []
     for block in snap.get("open") or ():
         if isinstance(block, list) and len(block) == 5 and block[0] in still:
-            sid, psid, name, start, tid = block
-            records.append((sid, psid, name, start, max(int(start), end_ns), tid,  # type: ignore[call-overload]
-                            trace_id, {"attrs": attrs}))
+            sid, psid, name, start, tid = cast("list[Any]", block)
+            try:
+                record = make(int(sid), int(psid), str(name), int(start),
+                              max(int(start), end_ns), int(tid), trace_id, {"attrs": attrs})
+            except (TypeError, ValueError):
+                continue  # not an open block as this module wrote it
+            records.append(record)
     if records:
         rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))
     return len(records)

@@ -43,6 +43,7 @@ from otel_rl._internal.otlp.metrics import (
     encode_metrics,
 )
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.record import END, EXTRA, SPAN_ID, START, TRACE_ID, Record
 from otel_rl._internal.shapes import Attributes
 from otel_rl._internal.sinks.base import Stats
 
@@ -125,15 +126,16 @@ def _slowest(np: Any, codes: Any, durations: Any) -> dict[int, int]:
     return dict(zip(codes[last].tolist(), last.tolist(), strict=True))
 
 
-def _offer(hist: _Hist, record: Any, offset: int) -> None:
+def _offer(hist: _Hist, record: Record, offset: int) -> None:
     """Make `record` the stream's exemplar if it is the slowest since the last export."""
-    seconds = (record[4] - record[3]) * 1e-9
+    seconds = (record[END] - record[START]) * 1e-9
     best = hist.exemplar
     if best is None or seconds >= best.value:
-        hist.exemplar = Exemplar(seconds, record[4] + offset, record[6], record[0])
+        hist.exemplar = Exemplar(seconds, record[END] + offset, record[TRACE_ID],
+                                 record[SPAN_ID])
 
 
-_START, _END, _EXTRA = (operator.itemgetter(i) for i in (3, 4, 7))
+_START, _END, _EXTRA = (operator.itemgetter(i) for i in (START, END, EXTRA))
 #: Records waiting for their parent (`metrics_paths`) past this many count as top-level now.
 _MAX_PENDING = 100_000
 _BOUNDS_NS: Any = None
@@ -291,7 +293,8 @@ class Metrics:
                                         [records[i] for i in late], batch.thread_names),
                                   rounds + 1))
         if extras:
-            skip = [i for i, r in enumerate(records) if r[7] is not None and not _is_block(r[7])]
+            skip = [i for i, r in enumerate(records)
+                    if r[EXTRA] is not None and not _is_block(r[EXTRA])]
             keep[skip] = False
         if keep.all():
             positions = None
@@ -355,7 +358,7 @@ class Metrics:
                          - np.fromiter(map(_START, records), np.int64, n))
             positions = np.arange(n)
             if extras:
-                keep = np.array([_is_block(r[7]) for r in records], bool)
+                keep = np.array([_is_block(r[EXTRA]) for r in records], bool)
                 codes, durations, positions = codes[keep], durations[keep], positions[keep]
             role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
             index = _index(batch.resource)

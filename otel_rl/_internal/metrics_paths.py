@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.record import EXTRA, NAME, PARENT_ID, SPAN_ID, THREAD_ID
 from otel_rl._internal.shapes import OpenBlockInfo
 
 __all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable",
@@ -40,7 +41,8 @@ SEP = "/"
 #: Observations a record waits for its parent before it counts as top-level.
 ROUNDS = 5
 
-_SID, _PSID, _NAME, _TID, _EXTRA = (operator.itemgetter(i) for i in (0, 1, 2, 5, 7))
+_SID, _PSID, _NAME, _TID, _EXTRA = (operator.itemgetter(i)
+                                     for i in (SPAN_ID, PARENT_ID, NAME, THREAD_ID, EXTRA))
 
 
 class _NameIds(dict[str, int]):
@@ -215,7 +217,7 @@ class PathResolver:
         parent_codes = np.full(n, -1, np.int64)
         parent_codes[inside & ~same] = ROOT  # a parent in another thread: a top-level block
         if extras:
-            kinds = [i for i, r in enumerate(records) if _is_kind(r[7])]
+            kinds = [i for i, r in enumerate(records) if _is_kind(r[EXTRA])]
             codes[kinds] = ROOT
         outside = np.flatnonzero(~inside)
         if len(outside):

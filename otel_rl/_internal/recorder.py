@@ -4,10 +4,8 @@ A timed block costs a push/pop on its thread's stack, an aggregate update on its
 when spans are on and the policy keeps it, one tuple appended to a bounded buffer. No OTel SDK
 object is made here; records become OTLP in bulk on a background thread (`pipeline`).
 
-Span records are tuples ``(span_id, parent_span_id, name, start_ns, end_ns, thread_id,
-trace_id, extra)`` with `perf_counter_ns` times; `extra` is None or a dict with any of
-``error`` (type, message, stacktrace), ``link`` (trace_id, span_id), ``sampled`` (str),
-``attrs`` (dict).
+Span records are `record.Record` tuples, fields named there; ``__exit__`` builds its literal
+in that order (`tests/test_record.py` pins it), every other builder calls `record.make`.
 
 The records are the same under the `all` and `auto` policies: which of them a backend gets
 is decided off the hot path (`windows.Windower`, in the pipeline).
@@ -30,7 +28,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 from otel_rl._internal import log
 from otel_rl._internal.node import Gauge, TreeNode
-from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
+from otel_rl._internal.record import Extra, Record
+from otel_rl._internal.shapes import GaugeDict, NodeDict, TimersDict
 
 TIMER_FORMAT_VERSION = "0.1.0"
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])

@@ -46,11 +46,11 @@ from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
+from otel_rl._internal.record import Record, make
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
 from otel_rl._internal.shapes import (
     MainWorker,
     OpenBlockInfo,
-    Record,
     Snapshot,
     TimersDict,
     TreeInputs,
@@ -469,8 +469,8 @@ class Runtime:
                 attrs[semconv.RUN_ID] = self.run_id
                 if self.windower is not None and self.windower.main:
                     attrs[semconv.WINDOWS] = sorted(self.windower.kept)
-            self.pipeline.buffer.append((recorder.new_span_id(), run_span, aggregates.NAME,
-                                         end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
+            self.pipeline.buffer.append(make(recorder.new_span_id(), run_span, aggregates.NAME,
+                                             end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
             recorder.tally_add(1)
 
     # -- shutdown ----------------------------------------------------------------------------
@@ -492,9 +492,9 @@ class Runtime:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
             run_trace, run_span = self.root_run
             parent = run_span if run_trace == self.trace.trace_id else self.run_span_id
-            record: Record = (recorder.new_span_id(), parent,
-                              f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
-                              self.trace.trace_id, {"attrs": attrs})
+            record: Record = make(recorder.new_span_id(), parent,
+                                  f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
+                                  self.trace.trace_id, {"attrs": attrs})
         else:
             attrs[semconv.KIND] = semconv.KIND_RUN
             attrs[semconv.RUN_ID] = self.run_id
@@ -503,9 +503,8 @@ class Runtime:
                 attrs[semconv.COMPONENT], attrs[semconv.COMPONENT_ROLE], \
                     attrs[semconv.COMPONENT_INDEX] = main
             start = run_stack.run_start if run_stack is not None else self.start_ns
-            record = (self.run_span_id, self.external_parent, "run", start, end_ns, tid,
-                      self.trace.trace_id,
-                      {"attrs": attrs})
+            record = make(self.run_span_id, self.external_parent, "run", start, end_ns, tid,
+                          self.trace.trace_id, {"attrs": attrs})
         self.pipeline.buffer.append(record)
         recorder.tally_add(1)
 
@@ -611,8 +610,8 @@ class Runtime:
             if trace is None:
                 continue
             for sid, psid, name, start in st.open_blocks():
-                trace.sink.append((sid, psid, name, start, end_ns, st.tid, trace.trace_id,
-                                   {"attrs": attrs}))
+                trace.sink.append(make(sid, psid, name, start, end_ns, st.tid, trace.trace_id,
+                                       {"attrs": attrs}))
 
     def _write_timers_dict(self, tree: TimersDict, quiet: bool = False) -> None:
         if not self.output_dir:

@@ -1,6 +1,5 @@
 """The data shapes that cross otel_rl's module seams, as types (a leaf: imports nothing).
 
-- A span *record* (`Record`): the hot path's compact tuple, with its rare `Extra`.
 - *Attributes*: what a span or resource attribute may hold (OTel's AnyValue subset we write).
 - The whole-run tree's wire format (`NodeDict`, `GaugeDict`, `Contribution`, `Snapshot`): what
   a process describes of its own blocks, sent from workers to the parent over the relay and
@@ -21,21 +20,6 @@ if TYPE_CHECKING:
 Scalar = str | bool | int | float
 AttributeValue = Scalar | Sequence[Scalar]
 Attributes = Mapping[str, AttributeValue]
-
-
-class Extra(TypedDict, total=False):
-    """A record's rare parts: an exception (type, message, stack), a link to another span
-    (trace id, span id), the `auto` policy's sampling verdict, extra attributes."""
-
-    error: Sequence[str]
-    link: Sequence[int]
-    sampled: str
-    attrs: Mapping[str, AttributeValue]
-
-
-#: (span id, parent span id, name, start ns, end ns, thread id, trace id, extra);
-#: times are perf_counter_ns, turned into epoch ns by the batch's offset.
-Record = tuple[int, int, str, int, int, int, int, Extra | None]
 
 
 class NodeDict(TypedDict, total=False):
