@@ -2,7 +2,9 @@
 source with `ast` — module-level imports and imports inside functions alike (an import that
 runs only when a function is called is still a dependency), and for what a module reaches, the
 packages Python imports first (``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``). ``if
-TYPE_CHECKING:`` blocks never run and are left out. No exception is allowed by name."""
+TYPE_CHECKING:`` blocks never run and are left out of what a module reaches, but not of the
+cycle check: a type-only cycle is still two modules that cannot be understood apart. No
+exception is allowed by name."""
 
 from __future__ import annotations
 
@@ -54,12 +56,15 @@ def _in_functions(tree: ast.Module) -> set[int]:
     return skip
 
 
-def _imported(path: Path, module: str, body_only: bool = False) -> set[str]:
+def _imported(path: Path, module: str, body_only: bool = False,
+              type_only: bool = False) -> set[str]:
     """Every name `module` imports (absolute), anywhere in it but under TYPE_CHECKING (with
-    `body_only`: only what running the module itself imports, not its functions)."""
+    `type_only`: there too; with `body_only`: only what running the module itself imports,
+    not its functions)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    skip = _never_run(tree) | (_in_functions(tree) if body_only else set())
+    skip = (set() if type_only else _never_run(tree)) | (
+        _in_functions(tree) if body_only else set())
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -80,12 +85,13 @@ def _imported(path: Path, module: str, body_only: bool = False) -> set[str]:
 BODY = " (body)"
 
 
-def module_graph(packages: bool = False) -> dict[str, set[str]]:
+def module_graph(packages: bool = False, type_only: bool = False) -> dict[str, set[str]]:
     """otel_rl module -> the otel_rl modules it imports. With `packages`, every module also
     reaches what running the packages that contain it imports (Python runs ``a/__init__``
     and ``a/b/__init__`` before ``a.b.c``), as nodes ``"a.b (body)"``: only their module-
     level imports, since importing a package calls none of its functions. (A package that
-    imports its own modules is no cycle, so the cycle check leaves these edges out.)"""
+    imports its own modules is no cycle, so the cycle check leaves these edges out.) With
+    `type_only`, imports under ``if TYPE_CHECKING:`` count too."""
     paths: dict[str, Path] = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -94,7 +100,8 @@ def module_graph(packages: bool = False) -> dict[str, set[str]]:
     def known(targets: set[str], name: str) -> set[str]:
         return {target for target in targets if target in paths and target != name}
 
-    graph = {name: known(_imported(path, name), name) for name, path in paths.items()}
+    graph = {name: known(_imported(path, name, type_only=type_only), name)
+             for name, path in paths.items()}
     if packages:
         for name in list(graph):
             parts = name.split(".")
@@ -176,7 +183,16 @@ def test_the_model_imports_no_reader_renderer_or_command() -> None:
 
 
 def test_otel_rl_modules_import_each_other_without_cycles() -> None:
-    assert _cycles(module_graph()) == []
+    # Type-only imports (``if TYPE_CHECKING:``) included: a protocol names what a module needs
+    # of one above it (`ledger_hooks.Runtime`) instead of importing it.
+    assert _cycles(module_graph(type_only=True)) == []
+
+
+def test_the_graph_sees_type_only_imports_when_asked() -> None:
+    # `otel_rl/__init__` imports its lazy re-exports only for type checkers.
+    name = "otel_rl"
+    assert INTERNAL + "readers" not in module_graph()[name]
+    assert INTERNAL + "readers" in module_graph(type_only=True)[name]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

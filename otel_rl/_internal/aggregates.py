@@ -22,7 +22,8 @@ from typing import Any
 
 from otel_rl._internal import jsonout, semconv
 from otel_rl._internal.node import json_default
-from otel_rl._internal.shapes import Contribution, GaugeDict, Snapshot, TimersDict
+from otel_rl._internal.shapes import GaugeDict, TimersDict
+from otel_rl._internal.wholerun import Contribution, Snapshot
 
 PART_CHARS = 1900
 NAME = "otel_rl aggregate"

@@ -22,9 +22,9 @@ from otel_rl._internal import jsonout, log
 from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
+from otel_rl._internal.wholerun import Snapshot
 
 _HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2

@@ -48,16 +48,11 @@ from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
 from otel_rl._internal.record import Record, make
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
-from otel_rl._internal.shapes import (
-    MainWorker,
-    OpenBlockInfo,
-    Snapshot,
-    TimersDict,
-    TreeInputs,
-)
+from otel_rl._internal.shapes import OpenBlockInfo, TimersDict
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 from otel_rl._internal.threads import start_daemon
+from otel_rl._internal.wholerun import MainWorker, Snapshot, TreeInputs
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.transport import OtlpTransport
@@ -196,7 +191,7 @@ class Runtime:
         return [[sid, psid, name, start, st.tid] for st in recorder.all_stacks()
                 if st.trace is not None for sid, psid, name, start in st.open_blocks()]
 
-    def _relayed(self) -> list[Snapshot]:
+    def relayed_snapshots(self) -> list[Snapshot]:
         """The latest snapshot of every relaying worker (children's children included)."""
         with self.snapshots_lock:
             todo = list(self.snapshots.values())
@@ -212,7 +207,7 @@ class Runtime:
         relaying workers', for continuation spans: (pid, span, parent, name, start, thread)."""
         result: list[OpenBlockInfo] = [(self.pid, sid, psid, name, start, tid)
                                        for sid, psid, name, start, tid in self._own_open()]
-        for snap in self._relayed():
+        for snap in self.relayed_snapshots():
             pid = int(snap.get("pid") or 0)
             for block in snap.get("open") or ():
                 if isinstance(block, list) and len(block) == 5:
@@ -225,7 +220,7 @@ class Runtime:
         """Per process: the span ids its threads' top-level blocks hang under."""
         result: dict[Any, set[int]] = {
             self.pid: {st.base.span_id for st in recorder.all_stacks() if st.base is not None}}
-        for snap in self._relayed():
+        for snap in self.relayed_snapshots():
             result.setdefault(snap.get("pid"), set()).update(
                 int(x) for x in snap.get("bases") or () if isinstance(x, int))
         return result

@@ -13,15 +13,91 @@ spans) builds the same tree without importing the hot path.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
-from otel_rl._internal.node import Gauge
-from otel_rl._internal.shapes import Contribution, GaugeDict, MainWorker, Snapshot, TimersDict
+from otel_rl._internal.node import Gauge, TreeNode
+from otel_rl._internal.shapes import GaugeDict, NodeDict, TimersDict
 
 if TYPE_CHECKING:
+    from typing import NotRequired  # 3.11+; annotations here are strings, so 3.10 never needs it
+
     # Imported where used: only the main process's shutdown builds a Tree, and the tree model
     # (dataclasses) would cost every worker milliseconds of start-up.
-    from otel_rl._internal.tree import Tree, TreeNode, WorkerInfo
+    from otel_rl._internal.tree import Tree, WorkerInfo
+
+
+# --- What the whole-run tree is made from ------------------------------------------------------
+class ComponentDict(TypedDict, total=False):
+    name: str
+    role: str
+    index: int
+
+
+class Contribution(TypedDict, total=False):
+    """What one stack recorded, and where it goes in the whole-run tree. In the process that
+    made it, `tree` is the stack's snapshot node itself (no dict on the way to the process's
+    own timers.json); written out (relay, aggregate spans) it is the node's dict
+    (`node.json_default`)."""
+
+    path: list[str]
+    parallel: bool
+    tree: NodeDict | TreeNode
+    pid: int
+    tid: int
+    component: ComponentDict
+
+
+class Snapshot(TypedDict, total=False):
+    """A worker process's cumulative description of itself (and of its own workers)."""
+
+    pid: int
+    role: str
+    index: int
+    contributions: list[Contribution]
+    gauges: dict[str, GaugeDict]
+    dropped: int
+    placements: list[list[object]]
+    #: For the parent's windows (`auto`): blocks open now, as [span id, parent span id, name,
+    #: start ns, thread id], and the span ids this process's threads hang under.
+    open: list[list[object]]
+    bases: list[int]
+    #: Training scalars (`metrics.record_scalar`): [category, tag, value, step, time ns].
+    scalars: list[list[object]]
+    children: list[Snapshot]
+    #: For the parent's ledger (`ledger_hooks`): records recorded so far, whether this is the
+    #: worker's last snapshot, and (set by the parent) why a worker that died is partial.
+    recorded: int
+    final: bool
+    died: str
+    #: The worker's shared record count (`tallyfile`), read by the parent if it is killed.
+    tally: str
+    #: Records this worker counted lost because one of its own workers died.
+    killed: int
+
+
+class MainWorker(TypedDict):
+    """The run's own thread as a ``workers`` entry (a named Sample Factory Timing's role)."""
+
+    role: str
+    index: int
+    pid: int
+    tid: int
+
+
+class TreeInputs(TypedDict):
+    """What the main process makes the whole-run timers.json from (`wholerun.build`'s
+    arguments; also the payload of its aggregate spans)."""
+
+    local: list[Contribution]
+    snapshots: list[Snapshot]
+    root_total: float
+    gauges: dict[str, GaugeDict]
+    metadata: dict[str, str]
+    places: list[list[object]]
+    main: MainWorker | None
+    #: What the tree lacks (workers that ended without delivering): marks it incomplete.
+    notes: NotRequired[list[str]]
+
 
 
 def merge_gauge(into: dict[str, GaugeDict], name: str, gauge: GaugeDict) -> None:
@@ -46,7 +122,7 @@ def _place(tree: Tree, contribution: Contribution,
     """Merge a contribution's blocks under the block that started them, or where the program
     merged that thread's tree itself (`placement`); returns its subtree. The contribution's
     path is updated to where it went."""
-    from otel_rl._internal.tree import Tree, TreeNode
+    from otel_rl._internal.tree import Tree
 
     part = contribution["tree"]
     # This process's own snapshot is a node already; a worker's arrived as JSON.
@@ -65,7 +141,7 @@ def _worker(contribution: Contribution, node: TreeNode, role: str, index: int,
             pid: int) -> WorkerInfo:
     """The cross-worker entry of a contribution: a component's blocks (below the component
     node, named by the Timing's role), else the whole process's."""
-    from otel_rl._internal.tree import TreeNode, WorkerInfo
+    from otel_rl._internal.tree import WorkerInfo
 
     component = contribution.get("component")
     path = list(contribution["path"])

@@ -17,8 +17,8 @@ from typing import Any
 from otel_rl._internal import relay
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.relay import RelayClient
-from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Stats
+from otel_rl._internal.wholerun import Snapshot
 
 #: The prefix of a joining carrier's ``relay`` that names a Ray collector, not a socket.
 RELAY_PREFIX = "ray:"
