@@ -216,3 +216,58 @@ def test_loading_the_whole_read_side_loads_no_hot_path_module() -> None:
     loaded = set(__import__("json").loads(out.stdout))
     assert set(read_side) <= loaded
     assert loaded & HOT_PATH == set()
+
+
+def _private_names(tree: ast.Module) -> set[str]:
+    """The private names a module defines: functions, classes, module globals, class
+    attributes, ``self._x`` attributes, ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Name):
+                        names.add(part.id)
+                    elif (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
+                          and part.value.id in ("self", "cls")):
+                        names.add(part.attr)
+            if any(isinstance(t, ast.Name) and t.id == "__slots__" for t in targets):
+                names.update(c.value for c in ast.walk(node.value)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def private_uses_across_modules() -> list[str]:
+    """Every ``x._name`` and ``from m import _name`` in an otel_rl module where ``_name`` is
+    private to another otel_rl module (defined there, not here). Privates of other packages
+    (``sys._getframe``, Ray's) and otel_rl's marks on foreign objects (``_otel_rl``) are not
+    otel_rl modules' privates; a module named ``_x`` is its package's own."""
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in PACKAGE.rglob("*.py")}
+    defined = {path: _private_names(tree) for path, tree in trees.items()}
+    everywhere = set().union(*defined.values())
+    found = []
+    for path, tree in sorted(trees.items()):
+        own = defined[path]
+        for node in ast.walk(tree):
+            used = []
+            if (isinstance(node, ast.Attribute) and node.attr in everywhere
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                used.append(node.attr)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("otel_rl"):
+                used += [alias.name for alias in node.names if alias.name in everywhere]
+            found += [f"{path.relative_to(PACKAGE)}:{node.lineno}: {name}"
+                      for name in used if name not in own]
+    return found
+
+
+def test_no_module_uses_another_modules_privates() -> None:
+    assert private_uses_across_modules() == []
+
+
+def test_the_private_use_check_sees_one() -> None:
+    # Its own data: names private to one module, as the other modules would see them.
+    tree = ast.parse("class A:\n    __slots__ = ('_x',)\n\n_g = 1\n\ndef _f():\n    pass\n")
+    assert _private_names(tree) == {"_x", "_g", "_f"}

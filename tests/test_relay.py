@@ -13,7 +13,7 @@ import pytest
 
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.relay import (
-    _HEADER,
+    FRAME_HEADER,
     RelayClient,
     RelayServer,
     decode_columns,
@@ -31,7 +31,7 @@ RECORDS = [
 def test_columns_round_trip_exactly() -> None:
     batch = Batch({"service.name": "s", "process.pid": 7}, 123, RECORDS, {77: "Main", 78: "t"})
     frame = encode_columns(batch)
-    again = decode_columns(frame[_HEADER.size:])
+    again = decode_columns(frame[FRAME_HEADER.size:])
     assert [tuple(r) for r in again.records] == RECORDS
     assert again.thread_names == {77: "Main", 78: "t"}
     assert again.offset_ns == 123 and again.resource == {"service.name": "s", "process.pid": 7}
@@ -39,7 +39,7 @@ def test_columns_round_trip_exactly() -> None:
 
 @pytest.mark.parametrize("cut", [1, 9, -1, -8])
 def test_truncated_frames_are_rejected(cut: int) -> None:
-    body = encode_columns(Batch({}, 0, RECORDS))[_HEADER.size:]
+    body = encode_columns(Batch({}, 0, RECORDS))[FRAME_HEADER.size:]
     with pytest.raises((ValueError, KeyError, IndexError)):
         decode_columns(body[:cut])
 
@@ -58,7 +58,7 @@ def test_relay_is_private_and_delivers_batches_and_snapshots() -> None:
         # A malformed frame in between is dropped; later frames still arrive.
         raw = socket.socket(socket.AF_UNIX)
         raw.connect(server.address)
-        raw.sendall(_HEADER.pack(5, 3) + b"junk!")
+        raw.sendall(FRAME_HEADER.pack(5, 3) + b"junk!")
         raw.close()
         client.export([Batch({"service.name": "w"}, 5, RECORDS[:1])], time.monotonic() + 5)
         deadline = time.monotonic() + 10

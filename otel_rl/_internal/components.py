@@ -124,15 +124,14 @@ def switch_to(name: str, unchanged: Any) -> Any:
     `unchanged` where the block stays on the thread's own stack (see `stack_for`).
 
     Runs at every top-level Timing block: a component made already is found with a few
-    lookups (no pid check: a forked child's `_owner` is None, so it takes the full path)."""
-    rt = runtime._rt
-    if rt is not None and rt is _owner and not rt.closed:
-        local = recorder._local
-        st = getattr(local, "stack", None)
+    lookups."""
+    rt = runtime.active()
+    if rt is not None and rt is _owner:
+        st = recorder.active_stack()
         if st is not None and st.component is None:
             comp = _stacks.get((st.tid, name))
             if comp is not None:
-                local.stack = comp
+                recorder.set_active_stack(comp)
                 return st
     stack = stack_for(name)
     if stack is None:

@@ -270,7 +270,7 @@ class GpuTimer(hierarchical_timer):
 def opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
     """Called by `hierarchical_timer.__init__` when `gpu` is given or `gpu_blocks` is set."""
     if gpu is not None:
-        timer._gpu_opt = gpu
+        recorder.keep_gpu_choice(timer, gpu)
     if gpu if gpu is not None else wanted(name):
         timer.__class__ = GpuTimer
 

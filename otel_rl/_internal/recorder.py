@@ -483,6 +483,11 @@ def active_stack() -> TimerStack | None:
     return getattr(_local, "stack", None)
 
 
+def stack_of_thread(ident: int) -> TimerStack | None:
+    """Thread `ident`'s own stack; None if it has timed nothing."""
+    return _thread_timer_stacks.get(ident)
+
+
 def set_active_stack(stack: TimerStack | None) -> TimerStack | None:
     """Make `stack` the current thread's active stack (None: its own); returns the previous."""
     previous = getattr(_local, "stack", None)
@@ -881,6 +886,11 @@ def set_gpu_opt_in(opt_in: Callable[[hierarchical_timer, str, bool | None], None
     """Plug in GPU timing's opt-in (`otel_rl.timers`' loader of the `gpu` module)."""
     global _gpu_opt_in
     _gpu_opt_in = opt_in
+
+
+def keep_gpu_choice(timer: hierarchical_timer, gpu: bool) -> None:
+    """Remember `timer`'s explicit ``gpu=`` choice (for its decorator form; `gpu.opt_in`)."""
+    timer._gpu_opt = gpu
 
 
 _plain_init = hierarchical_timer.__init__

@@ -26,7 +26,7 @@ from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
 from otel_rl._internal.wholerun import Snapshot
 
-_HEADER = struct.Struct("!IB")
+FRAME_HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2
 KIND_COLUMNS = 3
 MAX_FRAME = 256 * 1024 * 1024
@@ -36,10 +36,11 @@ _LEN = struct.Struct("!I")
 _COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
-def _encode(kind: int, payload: Any) -> bytes:
+def encode_frame(kind: int, payload: Any) -> bytes:
+    """A frame of `kind` holding `payload` as JSON (nodes as their timers.json dicts)."""
     body = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
                          default=json_default).encode("utf-8")
-    return _HEADER.pack(len(body), kind) + body
+    return FRAME_HEADER.pack(len(body), kind) + body
 
 
 def encode_columns(batch: Batch) -> bytes:
@@ -63,7 +64,7 @@ def encode_columns(batch: Batch) -> bytes:
         "extras": {str(i): e for i, e in enumerate(extras) if e is not None},
     }, separators=(",", ":")).encode("utf-8")
     body = b"".join([_LEN.pack(len(header)), header, *(c.tobytes() for c in columns)])
-    return _HEADER.pack(len(body), KIND_COLUMNS) + body
+    return FRAME_HEADER.pack(len(body), KIND_COLUMNS) + body
 
 
 def decode_columns(body: bytes) -> Batch:
@@ -177,16 +178,16 @@ class RelayServer:
                     log.warning("otel_rl: relay close hook failed: %r", exc)
             return False
         buf += chunk
-        while len(buf) >= _HEADER.size:
-            length, kind = _HEADER.unpack_from(buf)
+        while len(buf) >= FRAME_HEADER.size:
+            length, kind = FRAME_HEADER.unpack_from(buf)
             if length > MAX_FRAME:
                 log.warning("otel_rl: relay frame too large (%d bytes); closing", length)
                 self._close(conn)
                 return True
-            if len(buf) < _HEADER.size + length:
+            if len(buf) < FRAME_HEADER.size + length:
                 break
-            body = bytes(buf[_HEADER.size:_HEADER.size + length])
-            del buf[:_HEADER.size + length]
+            body = bytes(buf[FRAME_HEADER.size:FRAME_HEADER.size + length])
+            del buf[:FRAME_HEADER.size + length]
             self._dispatch(kind, body, conn)
         return True
 
@@ -300,7 +301,7 @@ class RelayClient(Sink):
                 fallback([batch])
 
     def send_snapshot(self, snapshot: Snapshot) -> None:
-        self._send(_encode(KIND_SNAPSHOT, snapshot))
+        self._send(encode_frame(KIND_SNAPSHOT, snapshot))
 
     def after_flush(self) -> None:
         """Called once a flush has handed everything to the sinks (each frame is already

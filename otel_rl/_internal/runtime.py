@@ -152,7 +152,7 @@ class Runtime:
             self.root_run = (self.trace.trace_id, self.run_span_id)
         self.windower: Any = None
         if self.spans_on and settings.spans == "auto" and self.relay_client is None:
-            self.windower = self._windower()
+            self.windower = self.make_windower()
             self.pipeline.transform = self._windowed
         self.metrics: Any = None
         if (not settings.disabled and self.relay_client is None and settings.metrics is not False
@@ -171,7 +171,7 @@ class Runtime:
                                  f"time windows failed ({exc!r}); exporting unwindowed")
             return batches
 
-    def _windower(self) -> Any:
+    def make_windower(self) -> Any:
         from otel_rl._internal.windows import Windower
 
         s = self.settings

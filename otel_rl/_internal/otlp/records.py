@@ -37,7 +37,7 @@ class Batch:
 
 # --- protobuf wire primitives -----------------------------------------------------------------
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -48,8 +48,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _len_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+def len_field(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 _DOUBLE = struct.Struct("<d")
@@ -61,26 +61,26 @@ def any_value(value: AttributeValue) -> bytes:
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
-        return b"\x18" + _varint(value)
+        return b"\x18" + varint(value)
     if isinstance(value, float):
         return b"\x21" + _DOUBLE.pack(value)
     if isinstance(value, (list, tuple)):
-        items = b"".join(_len_field(1, any_value(v)) for v in value)
-        return _len_field(5, items)
-    return _len_field(1, str(value).encode("utf-8", "replace"))
+        items = b"".join(len_field(1, any_value(v)) for v in value)
+        return len_field(5, items)
+    return len_field(1, str(value).encode("utf-8", "replace"))
 
 
 def key_value(key: str, value: AttributeValue) -> bytes:
-    return _len_field(1, key.encode("utf-8", "replace")) + _len_field(2, any_value(value))
+    return len_field(1, key.encode("utf-8", "replace")) + len_field(2, any_value(value))
 
 
-def _attributes(number: int, attrs: Attributes) -> bytes:
-    return b"".join(_len_field(number, key_value(k, v)) for k, v in attrs.items())
+def attributes_field(number: int, attrs: Attributes) -> bytes:
+    return b"".join(len_field(number, key_value(k, v)) for k, v in attrs.items())
 
 
 def _scope() -> bytes:
-    return _len_field(1, _len_field(1, semconv.SCOPE_NAME.encode())
-                      + _len_field(2, semconv.SCOPE_VERSION.encode()))
+    return len_field(1, len_field(1, semconv.SCOPE_NAME.encode())
+                      + len_field(2, semconv.SCOPE_VERSION.encode()))
 
 
 _SCOPE = _scope()
@@ -107,9 +107,9 @@ class Encoder:
         if cached is None:
             if len(self.names) > 65536:
                 self.names.clear()
-            cached = self.names[key] = (_len_field(5, name.encode("utf-8", "replace"))
+            cached = self.names[key] = (len_field(5, name.encode("utf-8", "replace"))
                                         + b"\x30\x01"
-                                        + _attributes(9, thread_attributes(tid, tname)))
+                                        + attributes_field(9, thread_attributes(tid, tname)))
         return cached
 
     def _trace(self, trace_id: int) -> bytes:
@@ -139,31 +139,31 @@ def _encode_spans(enc: Encoder, batch: Batch) -> bytes:
         if extra:  # the label holds the thread's attributes; the rest of `record.block_span`
             body += _extra(block_span(tid, "", extra), end + offset)
         n = len(body)
-        append(b"\x12" + (bytes((n,)) if n < 128 else _varint(n)) + body)
+        append(b"\x12" + (bytes((n,)) if n < 128 else varint(n)) + body)
     return b"".join(out)
 
 
 def _extra(span: BlockSpan, end_ns: int) -> bytes:
     """A span's extra attributes, exception event, link and status (Span fields 9, 11, 13,
     15); its thread's attributes are in the cached name label."""
-    parts = [_attributes(9, span.extra_attributes)]
+    parts = [attributes_field(9, span.extra_attributes)]
     if span.error_attributes is not None:
-        event = (b"\x09" + struct.pack("<Q", end_ns) + _len_field(2, b"exception")
-                 + _attributes(3, span.error_attributes))
-        parts.append(_len_field(11, event))
+        event = (b"\x09" + struct.pack("<Q", end_ns) + len_field(2, b"exception")
+                 + attributes_field(3, span.error_attributes))
+        parts.append(len_field(11, event))
     if span.link is not None:
         trace_id, span_id = span.link
-        parts.append(_len_field(13, b"\x0a\x10" + trace_id.to_bytes(16, "big")
+        parts.append(len_field(13, b"\x0a\x10" + trace_id.to_bytes(16, "big")
                                 + b"\x12\x08" + span_id.to_bytes(8, "big")))
     if span.status_message is not None:
         message = span.status_message.encode("utf-8", "replace")
-        parts.append(_len_field(15, _len_field(2, message) + b"\x18\x02"))
+        parts.append(len_field(15, len_field(2, message) + b"\x18\x02"))
     return b"".join(parts)
 
 
 def resource_bytes(resource: Attributes) -> bytes:
     """The ``Resource`` message (field 1 of ResourceSpans) for these attributes."""
-    return _len_field(1, _attributes(1, resource))
+    return len_field(1, attributes_field(1, resource))
 
 
 def encode_batches(batches: Iterable[Batch], encoder: Encoder | None = None) -> bytes:
@@ -173,8 +173,8 @@ def encode_batches(batches: Iterable[Batch], encoder: Encoder | None = None) -> 
     for batch in batches:
         if not batch.records:
             continue
-        scope_spans = _len_field(2, _SCOPE + _encode_spans(enc, batch))
-        out.append(_len_field(1, resource_bytes(batch.resource) + scope_spans))
+        scope_spans = len_field(2, _SCOPE + _encode_spans(enc, batch))
+        out.append(len_field(1, resource_bytes(batch.resource) + scope_spans))
     return b"".join(out)
 
 

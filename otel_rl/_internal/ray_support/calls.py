@@ -55,7 +55,7 @@ def carrier_text() -> str | None:
     # Keyed by the open block's timer and its span id (a timer object entered again is a
     # new span) and the stack.
     if (cached is not None and cached[0] is top and cached[1] is st
-            and cached[3] == top._sid):
+            and cached[3] == st.span):
         return cached[2]  # type: ignore[no-any-return]
     _, base, path = runtime.current_base(rt)
     trace = st.trace or base.trace or rt.trace
@@ -63,7 +63,7 @@ def carrier_text() -> str | None:
     sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
     value = _SEP.join((_VERSION, f"{trace.trace_id:x}", f"{span:x}", f"{rt.pid:x}",
                        f"{st.tid:x}", "1" if sampled else "0", *path))
-    _made.last = (top, st, value, top._sid)
+    _made.last = (top, st, value, st.span)
     return value
 
 
@@ -181,7 +181,7 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
             value = _carrier_for_call() if joined else None
-            if value is not None and not _cross_language(self) and not _client_mode():
+            if value is not None and not _cross_language(self) and not client_mode():
                 if late_env is not None:
                     if options.get("runtime_env"):  # its own: its worker may not join
                         return original(self, args, kwargs, *rest, **options)
@@ -193,7 +193,7 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
             value = _carrier_for_call()
-            if value is not None and not _cross_language(self) and not _client_mode():
+            if value is not None and not _cross_language(self) and not client_mode():
                 if rest and name == "method":  # ActorMethod._remote(args, kwargs, name, ...)
                     rest = (_named(rest[0], value, self, default), *rest[1:])
                 else:
@@ -221,7 +221,7 @@ def _cross_language(target: Any) -> bool:
         return True
 
 
-def _client_mode() -> bool:
+def client_mode() -> bool:
     should_convert = _original.get("client_mode")
     if should_convert is None:
         return True

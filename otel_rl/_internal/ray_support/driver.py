@@ -208,8 +208,8 @@ class Driver:
             rt.stats.add_dropped("buffer full", records, None, "the Ray collector was full")
             return
         for frame in frames:
-            length, kind = relay._HEADER.unpack_from(frame)
-            body = frame[relay._HEADER.size:relay._HEADER.size + length]
+            length, kind = relay.FRAME_HEADER.unpack_from(frame)
+            body = frame[relay.FRAME_HEADER.size:relay.FRAME_HEADER.size + length]
             try:
                 if kind == relay.KIND_COLUMNS:
                     batch = relay.decode_columns(body)

@@ -66,7 +66,7 @@ def _join_running() -> None:
     global _driver
     rt = runtime.active()
     if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
-            or _driver is not None or calls._client_mode()):
+            or _driver is not None or calls.client_mode()):
         return
     from otel_rl._internal.ray_support.driver import Driver
 

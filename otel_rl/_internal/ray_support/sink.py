@@ -132,7 +132,7 @@ class RaySink(RelayClient):
                 # Ray has not leased yet can wait until it is leased.)
                 return
             if snapshot is not None:
-                frames.append(relay._encode(relay.KIND_SNAPSHOT, snapshot))
+                frames.append(relay.encode_frame(relay.KIND_SNAPSHOT, snapshot))
             busy = self.running() > 0 or started != started_before
             try:
                 handle = self._connect()
