@@ -18,12 +18,15 @@ import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_rl._internal import jsonout, semconv
-from otel_rl._internal.node import json_default
-from otel_rl._internal.shapes import GaugeDict, TimersDict
+from otel_rl._internal.node import Gauge, json_default
+from otel_rl._internal.shapes import GaugeDict
 from otel_rl._internal.wholerun import Contribution, Snapshot
+
+if TYPE_CHECKING:
+    from otel_rl._internal.tree import Tree
 
 PART_CHARS = 1900
 NAME = "otel_rl aggregate"
@@ -88,11 +91,11 @@ def span_attributes(source: str, seq: int, part: int, parts: int, final: bool, d
 
 
 def gauge_attributes(gauges: Mapping[str, GaugeDict]) -> dict[str, Any]:
-    """Gauges as ``otel_rl.gauge.<name>.value|min|max|count`` attributes."""
+    """Gauges as ``otel_rl.gauge.<name>.value|min|max|count`` attributes
+    (`node.Gauge.to_attributes`)."""
     attrs: dict[str, Any] = {}
     for name, g in gauges.items():
-        for key in ("value", "min", "max", "count"):
-            attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
+        attrs.update(Gauge.from_dict(g).to_attributes(name))
     return attrs
 
 
@@ -153,8 +156,8 @@ MAIN_UNFINISHED = ("the main process never finished (killed, or still running): 
                    "holds what the run had recorded up to its last checkpoint")
 
 
-def build(collected: Collected) -> tuple[TimersDict, list[str]]:
-    """The whole-run timers.json dict from collected aggregates, and notes on what it lacks."""
+def build(collected: Collected) -> tuple[Tree, list[str]]:
+    """The whole-run tree from collected aggregates, and notes on what it lacks."""
     from otel_rl._internal import wholerun
 
     latest, notes = collected.latest()

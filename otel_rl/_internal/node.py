@@ -6,10 +6,11 @@ it, so worker processes import it at start-up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from otel_rl._internal.shapes import GaugeDict, NodeDict
+from otel_rl._internal import semconv
+from otel_rl._internal.shapes import AttributeValue, GaugeDict, NodeDict
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -219,6 +220,39 @@ class Gauge:
         value = data["value"]
         return cls(value, data.get("min", value), data.get("max", value), data.get("count", 1),
                    data.get("ts", 0.0))
+
+    #: A gauge's fields as span attributes, ``otel_rl.gauge.<name>.<field>``.
+    FIELDS = ("value", "min", "max", "count")
+
+    def to_attributes(self, name: str) -> dict[str, AttributeValue]:
+        """Gauge `name` as run/process/aggregate span attributes (`from_attributes` reads
+        them back): ``otel_rl.gauge.<name>.value|min|max|count``."""
+        prefix = f"{semconv.GAUGE_PREFIX}{name}."
+        return {prefix + "value": self.value, prefix + "min": self.min,
+                prefix + "max": self.max, prefix + "count": self.count}
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> dict[str, Gauge]:
+        """The gauges a span's attributes hold (`to_attributes`); a gauge without a numeric
+        value is left out, a missing or bad count is 1."""
+        fields: dict[str, dict[str, object]] = {}
+        for key, value in attributes.items():
+            if key.startswith(semconv.GAUGE_PREFIX):
+                name, _, part = key[len(semconv.GAUGE_PREFIX):].rpartition(".")
+                if name and part in cls.FIELDS:
+                    fields.setdefault(name, {})[part] = value
+        gauges = {}
+        for name, parts in fields.items():
+            value = parts.get("value")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            try:
+                count = int(parts.get("count", 1))  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                count = 1
+            gauges[name] = cls(value, parts.get("min", value), parts.get("max", value),  # type: ignore[arg-type]
+                               count)
+        return gauges
 
     def __eq__(self, other: object) -> bool:
         # `ts` is bookkeeping for merging: the same gauge read from a file or rebuilt from

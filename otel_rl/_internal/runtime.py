@@ -442,7 +442,7 @@ class Runtime:
         else:
             inputs = self.tree_inputs(end_ns)
             payload, kind = inputs, "main"
-            tree = wholerun.build(**ledger_hooks.checkpoint_inputs(inputs, final))
+            tree = wholerun.build(**ledger_hooks.checkpoint_inputs(inputs, final)).to_dict()
         self.emit_aggregate(payload, kind, final, end_ns)
         self.pending_timers = tree if self.output_dir else None
 
@@ -471,10 +471,7 @@ class Runtime:
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:
         stacks = recorder.all_stacks()
-        attrs: dict[str, Any] = {}
-        for name, g in contribute.stack_gauges(stacks).items():
-            for key in ("value", "min", "max", "count"):
-                attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
+        attrs: dict[str, Any] = aggregates.gauge_attributes(contribute.stack_gauges(stacks))
         run_stack = self.run_stack
         if run_stack is not None and not self.is_worker:
             for key, value in self.run_metadata(run_stack).items():
@@ -529,7 +526,8 @@ class Runtime:
                 "notes": list(self.notes)}
 
     def whole_run_tree(self, end_ns: int) -> TimersDict:
-        return wholerun.build(**self.tree_inputs(end_ns))
+        """This process's whole-run timers.json (a worker's own file)."""
+        return wholerun.build(**self.tree_inputs(end_ns)).to_dict()
 
     def _main_worker(self, run_stack: TimerStack) -> MainWorker | None:
         """The run's own thread as a `workers` entry, when a named Timing gave it a role."""

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypedDict
 
 from otel_rl._internal.node import Gauge, TreeNode
-from otel_rl._internal.shapes import GaugeDict, NodeDict, TimersDict
+from otel_rl._internal.shapes import GaugeDict, NodeDict
 
 if TYPE_CHECKING:
     from typing import NotRequired  # 3.11+; annotations here are strings, so 3.10 never needs it
@@ -158,8 +158,8 @@ def _worker(contribution: Contribution, node: TreeNode, role: str, index: int,
 def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_total: float,
           gauges: dict[str, GaugeDict], metadata: dict[str, str],
           places: list[list[object]] | None = None,
-          main: MainWorker | None = None, notes: list[str] | None = None) -> TimersDict:
-    """The timers.json dict of the whole run (the tree model's `Tree.to_dict`)."""
+          main: MainWorker | None = None, notes: list[str] | None = None) -> Tree:
+    """The whole run's tree (timers.json is its `Tree.to_dict`)."""
     from otel_rl._internal import places as placements
     from otel_rl._internal.tree import Tree
 
@@ -191,4 +191,4 @@ def build(*, local: list[Contribution], snapshots: Iterable[Snapshot], root_tota
     if notes:
         tree.complete = False
         tree.notes = [*tree.notes, *notes]
-    return tree.to_dict()
+    return tree
