@@ -163,7 +163,8 @@ def build(collected: Collected) -> tuple[Tree, list[str]]:
     latest, notes = collected.latest()
     main = [p for p, _final, kind in latest if kind == "main"]
     # A worker's payload is its snapshot (see `Runtime.checkpoint`).
-    workers: list[Snapshot] = [p for p, _final, kind in latest if kind != "main"]  # type: ignore[misc]
+    workers: list[Snapshot] = [wholerun.received(p)  # type: ignore[arg-type]
+                               for p, _final, kind in latest if kind != "main"]
     if any(not final for _p, final, kind in latest if kind == "main"):
         notes.append(MAIN_UNFINISHED)
     unfinished = sum(1 for _p, final, kind in latest if not final and kind != "main")
@@ -184,6 +185,9 @@ def build(collected: Collected) -> tuple[Tree, list[str]]:
         if len(main) > 1:
             notes.append(f"{len(main)} main processes share this run id")
         local, snapshots = list(first["local"]), list(first["snapshots"])
+        wholerun.received_contributions(local)  # read from the span: trees as NodeDicts
+        for snap in snapshots:
+            wholerun.received(snap)
         root_total, gauges, metadata = first["root_total"], first["gauges"], first["metadata"]
         places = list(first.get("places") or [])
         main_worker = first.get("main")  # the run's own thread's role (`components.main_role`)

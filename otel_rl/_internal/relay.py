@@ -24,7 +24,7 @@ from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
-from otel_rl._internal.wholerun import Snapshot
+from otel_rl._internal.wholerun import Snapshot, received
 
 FRAME_HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2
@@ -196,10 +196,10 @@ class RelayServer:
             if kind == KIND_COLUMNS:
                 self._on_batch(decode_columns(body))
             elif kind == KIND_SNAPSHOT:
-                snapshot = loads_deep(body)
+                snapshot: Snapshot = loads_deep(body)  # type: ignore[assignment]
                 if conn is not None and isinstance(snapshot.get("pid"), int):
                     self._pids[conn] = snapshot["pid"]
-                self._on_snapshot(snapshot)  # type: ignore[arg-type]
+                self._on_snapshot(received(snapshot))
         except Exception as exc:  # a malformed frame costs that frame only
             log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypedDict
 
 from otel_rl._internal.node import Gauge, TreeNode
-from otel_rl._internal.shapes import GaugeDict, NodeDict
+from otel_rl._internal.shapes import GaugeDict
 
 if TYPE_CHECKING:
     from typing import NotRequired  # 3.11+; annotations here are strings, so 3.10 never needs it
@@ -34,14 +34,14 @@ class ComponentDict(TypedDict, total=False):
 
 
 class Contribution(TypedDict, total=False):
-    """What one stack recorded, and where it goes in the whole-run tree. In the process that
-    made it, `tree` is the stack's snapshot node itself (no dict on the way to the process's
-    own timers.json); written out (relay, aggregate spans) it is the node's dict
-    (`node.json_default`)."""
+    """What one stack recorded, and where it goes in the whole-run tree. `tree` is a node in
+    every process: the stack's snapshot node where it was made, the node read back where it
+    arrived (`received`); written out (relay, aggregate spans) it is the node's `NodeDict`
+    (`node.json_default`), the one wire form."""
 
     path: list[str]
     parallel: bool
-    tree: NodeDict | TreeNode
+    tree: TreeNode
     pid: int
     tid: int
     component: ComponentDict
@@ -117,16 +117,31 @@ def _flatten(snapshot: Snapshot) -> Iterable[Snapshot]:
         yield from _flatten(child)
 
 
+def received_contributions(contributions: Iterable[Contribution]) -> None:
+    """Contributions as read from the wire (JSON): each `tree`, a `NodeDict` there, becomes
+    its node, read by `Tree.from_dict` (which checks it: a bad one raises `UserError`). In
+    place, once, where the JSON is read: the relay, Ray's collector, an aggregate span."""
+    from otel_rl._internal.tree import Tree
+
+    for contribution in contributions:
+        wire: object = contribution["tree"]
+        contribution["tree"] = Tree.from_dict(wire).root
+
+
+def received(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` as read from the wire, its (and its children's) contributions' trees read
+    into nodes (`received_contributions`); returns it."""
+    for snap in _flatten(snapshot):
+        received_contributions(snap.get("contributions") or ())
+    return snapshot
+
+
 def _place(tree: Tree, contribution: Contribution,
            places: dict[tuple[int, int], tuple[str, ...]]) -> TreeNode:
     """Merge a contribution's blocks under the block that started them, or where the program
     merged that thread's tree itself (`placement`); returns its subtree. The contribution's
     path is updated to where it went."""
-    from otel_rl._internal.tree import Tree
-
-    part = contribution["tree"]
-    # This process's own snapshot is a node already; a worker's arrived as JSON.
-    node = part if isinstance(part, TreeNode) else Tree.from_dict(part).root
+    node = contribution["tree"]
     parallel = contribution["parallel"]
     place = places.get((int(contribution.get("pid") or 0), int(contribution.get("tid") or 0)))
     if place is not None:

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from otel_rl._internal import relay, semconv
+from otel_rl._internal import relay, semconv, wholerun
 from otel_rl._internal.ray_support import _shim, calls
 from otel_rl._internal.runtime import Runtime
 
@@ -222,7 +222,7 @@ class Driver:
                 elif kind == relay.KIND_SNAPSHOT:
                     import json
 
-                    snapshot = json.loads(body)
+                    snapshot = wholerun.received(json.loads(body))
                     state.role = str(snapshot.get("role") or "worker")
                     state.recorded = max(state.recorded, int(snapshot.get("recorded") or 0))
                     if not meta.get("index_given") and snapshot.get("contributions"):
