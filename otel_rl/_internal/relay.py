@@ -36,7 +36,7 @@ _LEN = struct.Struct("!I")
 _COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
-def encode_frame(kind: int, payload: Any) -> bytes:
+def encode_frame(kind: int, payload: Snapshot) -> bytes:
     """A frame of `kind` holding `payload` as JSON (nodes as their timers.json dicts)."""
     body = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
                          default=json_default).encode("utf-8")

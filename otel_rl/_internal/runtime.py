@@ -57,6 +57,7 @@ from otel_rl._internal.wholerun import MainWorker, Snapshot, TreeInputs
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.transport import OtlpTransport
     from otel_rl._internal.relay import RelayClient, RelayServer
+    from otel_rl._internal.windows import Windower
 
 TIMERS_FILE = "timers.json"
 SPANS_FILE = "spans.otlp.jsonl"
@@ -171,7 +172,7 @@ class Runtime:
                                  f"time windows failed ({exc!r}); exporting unwindowed")
             return batches
 
-    def make_windower(self) -> Any:
+    def make_windower(self) -> Windower:
         from otel_rl._internal.windows import Windower
 
         s = self.settings
