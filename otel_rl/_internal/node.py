@@ -6,7 +6,7 @@ it, so worker processes import it at start-up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from otel_rl._internal import semconv
@@ -85,6 +85,49 @@ class TreeNode:
             mine.gpu_count += theirs.gpu_count
             mine.is_parallel |= is_parallel
             todo.extend((mine.child(name), child) for name, child in theirs.children.items())
+
+    def merge_children(self, source: TreeNode, is_parallel: bool = False) -> None:
+        """Merge `source`'s children into this node's (not `source`'s own totals): a
+        subtree placed under this node."""
+        for name, child in source.children.items():
+            self.child(name).merge(child, is_parallel)
+
+    def subtract_children(self, source: TreeNode) -> None:
+        """Take `source`'s children's totals and counts out of this node's, all the way
+        down (never below zero); a node left with no runs and no children goes."""
+        pairs: list[tuple[TreeNode, TreeNode, TreeNode]] = []  # (parent, node, to take out)
+        todo: list[tuple[TreeNode, TreeNode]] = [(self, source)]
+        while todo:
+            into, src_parent = todo.pop()
+            for name, src in src_parent.children.items():
+                node = into.children.get(name)
+                if node is not None:
+                    pairs.append((into, node, src))
+                    todo.append((node, src))
+        # Deepest first, so a node is removed only once its own children are settled.
+        for parent, node, src in reversed(pairs):
+            node.total = max(0.0, node.total - src.total)
+            node.count = max(0, node.count - src.count)
+            node.gpu_total = max(0.0, node.gpu_total - src.gpu_total)
+            node.gpu_count = max(0, node.gpu_count - src.gpu_count)
+            if node.count == 0 and not node.children:
+                del parent.children[node.name]
+
+    def lifted(self, path: Sequence[str]) -> Self:
+        """A new root holding this root's blocks with those under `path` moved up to it:
+        what was recorded inside the blocks of `path` (open when a child process forked)
+        hangs at the root, and so does what was recorded outside them (a plain `os.fork()`
+        child returning from them). Takes the `path` blocks out of this tree."""
+        result = type(self)("root")
+        node: TreeNode = self
+        for name in path:
+            inner = node.children.pop(name, None)
+            result.merge_children(node)
+            if inner is None:
+                return result
+            node = inner
+        result.merge_children(node)
+        return result
 
     def walk(self, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], TreeNode]]:
         """Yield ``(path, node)`` for every node below this one, depth first, in order."""

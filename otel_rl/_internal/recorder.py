@@ -98,6 +98,37 @@ class TimerNode(TreeNode):
             node.is_parallel |= is_parallel
             todo.extend((node.get_child(name), child) for name, child in theirs.children.items())
 
+    def own_copy(self) -> TimerNode | None:
+        """A copy of this tree without what `merge` brought in (the subtraction the whole-run
+        view makes); None when nothing is left. Iterative (children before parents): trees
+        thousands of blocks deep are ordinary."""
+        order: list[tuple[TimerNode, TimerNode | None]] = []  # (node, its parent), parents first
+        todo: list[tuple[TimerNode, TimerNode | None]] = [(self, None)]
+        while todo:
+            item = todo.pop()
+            order.append(item)
+            todo.extend((child, item[0]) for child in list(item[0].children.values()))
+        copies: dict[int, dict[str, TimerNode]] = {}  # id(node) -> its kept children's copies
+        result: TimerNode | None = None
+        for current, parent in reversed(order):
+            children = copies.pop(id(current), {})
+            count = current.count - current.merged_count
+            copy: TimerNode | None = None
+            if count > 0 or children:
+                copy = TimerNode(current.name)
+                copy.total = max(0.0, current.total - current.merged_total)
+                copy.count = max(0, count)
+                copy.gpu_total = current.gpu_total
+                copy.gpu_count = current.gpu_count
+                # Children in the original's order (the walk above visits them reversed).
+                copy.children = {name: children[name] for name in current.children
+                                 if name in children}
+            if parent is None:
+                result = copy
+            elif copy is not None:
+                copies.setdefault(id(parent), {})[copy.name] = copy
+        return result
+
 
 class GaugeNode:
     """The latest value of a metric, with its min, max and update count (a statsd gauge)."""
@@ -944,80 +975,17 @@ def set_startup_argv(argv: str | None) -> None:
 
 # --- The whole-run view of this process -------------------------------------------------------
 
-def own_copy(node: TimerNode) -> TimerNode | None:
-    """A copy of `node` without what `merge` brought in; None when nothing is left.
-    Iterative (children before parents): trees thousands of blocks deep are ordinary."""
-    order: list[tuple[TimerNode, TimerNode | None]] = []  # (node, its parent), parents first
-    todo: list[tuple[TimerNode, TimerNode | None]] = [(node, None)]
-    while todo:
-        item = todo.pop()
-        order.append(item)
-        todo.extend((child, item[0]) for child in list(item[0].children.values()))
-    copies: dict[int, dict[str, TimerNode]] = {}  # id(node) -> its kept children's copies
-    result: TimerNode | None = None
-    for current, parent in reversed(order):
-        children = copies.pop(id(current), {})
-        count = current.count - current.merged_count
-        copy: TimerNode | None = None
-        if count > 0 or children:
-            copy = TimerNode(current.name)
-            copy.total = max(0.0, current.total - current.merged_total)
-            copy.count = max(0, count)
-            copy.gpu_total = current.gpu_total
-            copy.gpu_count = current.gpu_count
-            # Children in the original's order (the walk above visits them reversed).
-            copy.children = {name: children[name] for name in current.children
-                             if name in children}
-        if parent is None:
-            result = copy
-        elif copy is not None:
-            copies.setdefault(id(parent), {})[copy.name] = copy
-    return result
-
-
-def merge_into(target: TimerNode, source: TimerNode, parallel: bool) -> None:
-    """Add `source`'s children into `target`'s, flagging them parallel when asked
-    (iteratively, like every whole-tree walk)."""
-    todo = [(target, source)]
-    while todo:
-        into, src = todo.pop()
-        for name, child in src.children.items():
-            dest = into.get_child(name)
-            dest.total += child.total
-            dest.count += child.count
-            dest.gpu_total += child.gpu_total
-            dest.gpu_count += child.gpu_count
-            dest.is_parallel |= parallel
-            todo.append((dest, child))
-
-
-def lift(own: TimerNode, fork_path: tuple[str, ...]) -> TimerNode:
-    """A forked child's own blocks relative to the block that started it: what it recorded
-    inside the blocks open at the fork (`fork_path`) moves up to the root. Blocks it ran after
-    leaving one of those (a plain `os.fork()` child returning) move up too."""
-    result = TimerNode("root")
-    node = own
-    for name in fork_path:
-        inner = node.children.pop(name, None)
-        merge_into(result, node, False)
-        if inner is None:
-            return result
-        node = inner
-    merge_into(result, node, False)
-    return result
-
-
 def _own(stack: TimerStack) -> TimerNode | None:
-    own = own_copy(stack.root)
+    own = stack.root.own_copy()
     if own is not None and stack.fork_path:
-        own = lift(own, stack.fork_path)
+        own = own.lifted(stack.fork_path)
     return own
 
 
 def _retire(stack: TimerStack) -> None:
     own = _own(stack)
     if own is not None:
-        merge_into(stack.retired, own, False)
+        stack.retired.merge_children(own)
     for name, gauge in stack.gauges.items():
         # What this stack set itself (not what `merge_gauges` copied in), by the one rule.
         mine = gauge.as_gauge(gauge.count - stack.merged_gauge_counts.get(name, 0))
@@ -1031,10 +999,10 @@ def _retire(stack: TimerStack) -> None:
 def stack_contribution(stack: TimerStack) -> TimerNode:
     """Everything `stack` recorded (its own blocks, resets included) as one root node."""
     result = TimerNode("root")
-    merge_into(result, stack.retired, False)
+    result.merge_children(stack.retired)
     own = _own(stack)
     if own is not None:
-        merge_into(result, own, False)
+        result.merge_children(own)
     return result
 
 

@@ -146,9 +146,7 @@ def _place(tree: Tree, contribution: Contribution,
     place = places.get((int(contribution.get("pid") or 0), int(contribution.get("tid") or 0)))
     if place is not None:
         contribution["path"], parallel = list(place), True
-    at = tree.node_at(contribution["path"])
-    for name, child in node.children.items():
-        at.child(name).merge(child, is_parallel=parallel)
+    tree.node_at(contribution["path"]).merge_children(node, parallel)
     return node
 
 
