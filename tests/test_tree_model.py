@@ -285,3 +285,20 @@ def test_tree_arithmetic_is_node_methods_merge_lift_subtract() -> None:
     run.children["train"].subtract_children(lifted)
     assert run.children["train"].children == {}  # nothing of the worker's blocks is left
     assert run.children["train"].total == 10.0
+
+
+def test_merge_children_on_live_timer_nodes_is_the_plain_sum() -> None:
+    # A live stack's nodes are `TimerNode`s, whose own `merge` is ML-Agents' (counted as
+    # merged in, no GPU time): placing a subtree must not take that one.
+    from otel_rl._internal.recorder import TimerNode
+
+    source = TimerNode("root")
+    node = source.get_child("forward")
+    node.add_time(0.5)
+    node.gpu_total, node.gpu_count = 0.25, 1
+    into = TimerNode("root")
+    into.merge_children(source)
+    placed = into.children["forward"]
+    assert (placed.total, placed.count, placed.gpu_total, placed.gpu_count) == (0.5, 1, 0.25, 1)
+    assert (placed.merged_total, placed.merged_count) == (0.0, 0)
+    assert into.own_copy() is not None and into.own_copy().children["forward"].count == 1

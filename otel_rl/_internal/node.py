@@ -88,9 +88,11 @@ class TreeNode:
 
     def merge_children(self, source: TreeNode, is_parallel: bool = False) -> None:
         """Merge `source`'s children into this node's (not `source`'s own totals): a
-        subtree placed under this node."""
+        subtree placed under this node. Always `TreeNode.merge`'s plain sum, also on a
+        subclass whose `merge` means something else (ML-Agents' `TimerNode.merge` counts
+        what it adds as merged in)."""
         for name, child in source.children.items():
-            self.child(name).merge(child, is_parallel)
+            TreeNode.merge(self.child(name), child, is_parallel)
 
     def subtract_children(self, source: TreeNode) -> None:
         """Take `source`'s children's totals and counts out of this node's, all the way
