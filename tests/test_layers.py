@@ -263,8 +263,16 @@ def private_uses_across_modules() -> list[str]:
     return found
 
 
+#: Private names of other packages' objects that an otel_rl module also happens to define
+#: (the check cannot see an object's type): Ray Client's stubs' ``_name`` (`ray_support.client`)
+#: is not the recorder's ``_name`` slot.
+FOREIGN = {"_internal/ray_support/client.py": {"_name"}}
+
+
 def test_no_module_uses_another_modules_privates() -> None:
-    assert private_uses_across_modules() == []
+    found = [use for use in private_uses_across_modules()
+             if use.rpartition(": ")[2] not in FOREIGN.get(use.partition(":")[0], set())]
+    assert found == []
 
 
 def test_the_private_use_check_sees_one() -> None:
