@@ -5,7 +5,8 @@ The worker maps a small file (``/dev/shm`` where there is one) and points `recor
 it: the hot path stores each block's span id there (see `recorder.tally`), the kernel's page
 cache keeps what was stored when the process dies without a word, and the parent reads the file
 (`count`) when the worker's relay connection closes before its final report, then removes it.
-A worker that ends normally has its parent remove it on its final report.
+A worker that ends normally has its parent remove it on its final report. The file starts
+at `recorder.TALLY_SLOTS` slots and grows (`_grow`) when a process has more stacks (threads).
 """
 
 from __future__ import annotations
@@ -21,8 +22,13 @@ from otel_rl._internal import recorder
 __all__ = ["count", "remove", "remove_run", "share"]
 
 _SIZE = 8 * recorder.TALLY_SLOTS
-#: This process's mapping (kept open for the process's life).
-_mapping: mmap.mmap | None = None
+#: This process's mappings (kept open for the process's life: a thread may still store through
+#: an older, smaller one; all map the same file, so its stores land in the grown one too).
+_mappings: list[object] = []
+#: The shared file this process counts in, its pid, and the tally in use.
+_path: str | None = None
+_owner = 0
+_slots: MutableSequence[int] | None = None
 
 
 def _folder() -> str:
@@ -33,36 +39,62 @@ def _prefix(run_id: str) -> str:
     return "otel-rl-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) + "-"
 
 
+def _map(path: str, size: int, create: bool) -> MutableSequence[int]:
+    import ctypes  # only in a process that counts in a shared file
+
+    flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    slots = (ctypes.c_uint64 * (size // 8)).from_buffer(mapping)
+    _mappings.extend((mapping, slots))
+    return cast(MutableSequence[int], slots)
+
+
 def share(run_id: str) -> str | None:
     """Count in a shared file from now on; its path (None: it could not be made, and the
     parent falls back to the worker's last report)."""
-    global _mapping
-    import ctypes  # only in a relaying worker
+    global _path, _owner, _slots
 
     path = os.path.join(_folder(), f"{_prefix(run_id)}{os.getpid()}.tally")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.ftruncate(fd, _SIZE)
-            mapping = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        slots = _map(path, _SIZE, create=True)
     except (OSError, ValueError):
         return None
-    _mapping = mapping
-    slots = (ctypes.c_uint64 * recorder.TALLY_SLOTS).from_buffer(mapping)
-    recorder.use_tally(cast(MutableSequence[int], slots))
+    _path, _owner, _slots = path, os.getpid(), slots
+    recorder.on_tally_full = _grow
+    recorder.use_tally(slots)
     return path
+
+
+def _grow(slot: int) -> MutableSequence[int] | None:
+    """More stacks than slots (over 4,094 threads): the same file, mapped twice as large;
+    every stack keeps a slot of its own, so the count stays exact at any thread count."""
+    global _slots
+    if _path is None or _owner != os.getpid() or recorder.tally is not _slots:
+        return None  # a forked child, or counting elsewhere now
+    size = 8 * len(_slots)
+    while size <= 8 * slot:
+        size *= 2
+    try:
+        _slots = _map(_path, size, create=False)
+    except (OSError, ValueError):
+        return None
+    return _slots
 
 
 def count(path: str) -> int | None:
     """What the worker that shared `path` had recorded (None: no such file, or not one)."""
     try:
         with open(path, "rb") as f:
-            data = f.read(_SIZE + 1)
+            data = f.read()
     except OSError:
         return None
-    if len(data) != _SIZE:
+    if len(data) < _SIZE or len(data) % 8:
         return None
     return recorder.tallied_in(memoryview(data).cast("Q"))
 
