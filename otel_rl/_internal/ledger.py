@@ -18,8 +18,9 @@ metadata (``otel_rl_ledger``).
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
-__all__ = ["REASONS", "UNCONFIRMED", "Ledger"]
+__all__ = ["REASONS", "UNCONFIRMED", "Ledger", "Mirror"]
 
 #: Not a loss: sent, no answer before the deadline (see the module's docstring).
 UNCONFIRMED = "unconfirmed"
@@ -29,13 +30,27 @@ REASONS = ("unreachable", "rejected", "timed out", "buffer full", "killed worker
            "disk full", "error", UNCONFIRMED)
 
 
-class _Account:
-    __slots__ = ("closed", "delivered", "detail", "label", "lost", "offered")
+class Mirror(Protocol):
+    """Where a ledger copies its counts as they change (`mainledger.Mirror`: a shared file a
+    surviving launcher reads when the process is killed); called under the ledger's lock."""
 
-    def __init__(self, label: str) -> None:
+    def sinks(self, accounts: dict[str, _Account]) -> None: ...
+
+    def account(self, account: _Account) -> None: ...
+
+    def totals(self, ledger: Ledger) -> None: ...
+
+
+class _Account:
+    __slots__ = ("closed", "delivered", "detail", "index", "label", "lost", "offered", "sending")
+
+    def __init__(self, label: str, index: int) -> None:
         self.label = label
+        self.index = index
         self.offered = 0
         self.delivered = 0
+        #: Records of the request (or line) being sent now, not reported yet (`sending`).
+        self.sending = 0
         self.lost: dict[str, int] = {}
         #: One line per reason (the last seen) for the person reading the exit line.
         self.detail: dict[str, str] = {}
@@ -54,11 +69,30 @@ class Ledger:
         self.upstream_detail: dict[str, str] = {}
         #: Losses that cannot be counted (a killed worker's last moments), said at exit.
         self.notes: list[str] = []
+        #: Records handed in from other processes (workers' batches, cut-short copies), and
+        #: of the upstream losses those never handed in (a killed worker's): with the
+        #: process's own tally they say what it held when it died (`mainledger`).
+        self.taken_in = 0
+        self.outside = 0
+        #: Where every change is copied for a survivor to read (`mainledger.Mirror`), if any.
+        self.mirror: Mirror | None = None
+
+    def attach(self, mirror: Mirror) -> None:
+        """Copy every count to `mirror` from now on (what was counted so far too)."""
+        with self._lock:
+            self.mirror = mirror
+            mirror.sinks(self._sinks)
+            for account in self._sinks.values():
+                mirror.account(account)
+            mirror.totals(self)
 
     def add_sink(self, name: str, label: str) -> None:
         """Track sink `name`, shown as `label` (its endpoint or file)."""
         with self._lock:
-            self._sinks.setdefault(name, _Account(label))
+            if name not in self._sinks:
+                self._sinks[name] = _Account(label, len(self._sinks))
+                if self.mirror is not None:
+                    self.mirror.sinks(self._sinks)
 
     def offered(self, name: str, n: int) -> None:
         """`n` records were handed to sink `name`."""
@@ -66,12 +100,36 @@ class Ledger:
             account = self._account(name)
             if not account.closed:
                 account.offered += n
+                if self.mirror is not None:
+                    self.mirror.account(account)
 
     def delivered(self, name: str, n: int) -> None:
         with self._lock:
             account = self._account(name)
             if not account.closed:
                 account.delivered += n
+                account.sending = max(0, account.sending - n)
+                if self.mirror is not None:
+                    self.mirror.account(account)
+
+    def sending(self, name: str, n: int) -> None:
+        """`n` records are being sent to `name` now (a request, a line): until reported
+        delivered or lost, a survivor reading the mirror calls them unconfirmed."""
+        with self._lock:
+            account = self._account(name)
+            if not account.closed:
+                account.sending = n
+                if self.mirror is not None:
+                    self.mirror.account(account)
+
+    def taken(self, n: int, outside: int = 0) -> None:
+        """`n` records were handed in from other processes; `outside` upstream losses
+        counted here were never records of this process (a killed worker's)."""
+        with self._lock:
+            self.taken_in += n
+            self.outside += outside
+            if self.mirror is not None:
+                self.mirror.totals(self)
 
     def lost(self, reason: str, n: int, sink: str | None = None, detail: str = "") -> None:
         """`n` records did not reach `sink` (None: any sink) because of `reason`."""
@@ -84,13 +142,18 @@ class Ledger:
                 self.upstream[reason] = self.upstream.get(reason, 0) + n
                 if detail:
                     self.upstream_detail[reason] = detail
+                if self.mirror is not None:
+                    self.mirror.totals(self)
                 return
             account = self._account(sink)
             if account.closed:
                 return
             account.lost[reason] = account.lost.get(reason, 0) + n
+            account.sending = max(0, account.sending - n)
             if detail:
                 account.detail[reason] = detail
+            if self.mirror is not None:
+                self.mirror.account(account)
 
     def note(self, text: str) -> None:
         """A loss that cannot be counted, said in the exit line."""
@@ -118,6 +181,9 @@ class Ledger:
                 if detail:
                     account.detail[reason] = detail
             account.closed = True
+            account.sending = 0
+            if self.mirror is not None:
+                self.mirror.account(account)
             return max(0, left)
 
     def pending(self, name: str) -> int:
@@ -129,7 +195,9 @@ class Ledger:
     def _account(self, name: str) -> _Account:
         account = self._sinks.get(name)
         if account is None:
-            account = self._sinks[name] = _Account(name)
+            account = self._sinks[name] = _Account(name, len(self._sinks))
+            if self.mirror is not None:
+                self.mirror.sinks(self._sinks)
         return account
 
     # -- what is said ------------------------------------------------------------------------

@@ -18,7 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from otel_rl._internal import log, tallyfile
+from otel_rl._internal import log, mainledger, tallyfile
+from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.records import Batch
@@ -27,13 +28,11 @@ if TYPE_CHECKING:
     from otel_rl._internal.sinks.base import Stats
     from otel_rl._internal.sinks.queue import SinkQueue
 
-__all__ = ["LedgerState", "before_final_flush", "checkpoint_inputs", "ledger_metadata",
-           "orphaned", "output_dir", "parent_gone", "relayed", "shut_down", "snapshot_extras",
-           "snapshot_seen", "timers_written", "watch_parent", "worker_lost"]
+__all__ = ["DROPPED_KEY", "LEDGER_KEY", "LedgerState", "before_final_flush",
+           "checkpoint_inputs", "ledger_metadata", "main_started", "orphaned", "output_dir",
+           "parent_gone", "relayed", "shut_down", "snapshot_extras", "snapshot_seen",
+           "timers_written", "watch_parent", "worker_lost"]
 
-#: Metadata keys of timers.json.
-DROPPED_KEY = "otel_rl_dropped_spans"
-LEDGER_KEY = "otel_rl_ledger"
 #: A file in the output folder naming the run that writes there.
 RUN_MARK = ".otel-rl-run"
 
@@ -61,6 +60,21 @@ def checkpoint_inputs(inputs: TreeInputs, final: bool) -> TreeInputs:
     from otel_rl._internal.aggregates import MAIN_UNFINISHED
 
     return {**inputs, "notes": [*inputs.get("notes", ()), MAIN_UNFINISHED]}
+
+
+def main_started(rt: Runtime) -> None:
+    """The runtime started. The program's main process under ``otel-rl run`` (a launcher
+    survives it) counts in a tally file and mirrors its ledger there (`mainledger`)."""
+    if rt.is_worker or rt.settings.disabled or not mainledger.has_survivor():
+        return
+    from otel_rl._internal import recorder
+
+    # Configured again: what it counted for the runtime before was settled by that one.
+    made_before = recorder.tallied() if tallyfile.sharing() else 0
+    tally = tallyfile.share(rt.run_id)
+    rt.ledger_state.tally = tally
+    mainledger.share(rt.stats.ledger, rt.run_id, rt.output_dir, rt.settings.spans, tally,
+                     made_before)
 
 
 def timers_written(rt: Runtime, size: int) -> None:
@@ -140,6 +154,7 @@ class LedgerState:
 
 def relayed(rt: Runtime, batch: Batch) -> None:
     """A worker's batch arrived (the relay's thread): count it for its pid."""
+    rt.stats.ledger.taken(len(batch.records))
     pid = batch.resource.get("process.pid")
     if not isinstance(pid, int):
         return
@@ -258,6 +273,7 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         recorded = int(snap.get("recorded") or 0)
         lost = max(0, recorded - received)
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
+    rt.stats.ledger.taken(0, outside=lost)  # (never records of this process)
     with workers.lock:
         workers.killed += lost
         workers.processes.pop(pid, None)
@@ -295,6 +311,7 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
             records.append((sid, psid, name, start, max(int(start), end_ns), tid,  # type: ignore[call-overload]
                             trace_id, {"attrs": attrs}))
     if records:
+        rt.stats.ledger.taken(len(records))
         rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))
     return len(records)
 
@@ -316,6 +333,7 @@ def before_final_flush(rt: Runtime) -> None:
                          "worker processes' span buffers were full")
     # A worker's worker that died: its parent (a worker itself) counted it.
     rt.stats.add_dropped("killed worker", killed, None, "a worker's own worker died")
+    rt.stats.ledger.taken(0, outside=dropped + killed)
 
 
 def shut_down(rt: Runtime) -> None:

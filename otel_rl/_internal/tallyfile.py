@@ -19,7 +19,7 @@ from typing import cast
 
 from otel_rl._internal import recorder
 
-__all__ = ["count", "remove", "remove_run", "share"]
+__all__ = ["count", "remove", "remove_run", "share", "sharing"]
 
 _SIZE = 8 * recorder.TALLY_SLOTS
 #: This process's mappings (kept open for the process's life: a thread may still store through
@@ -71,6 +71,11 @@ def share(run_id: str) -> str | None:
     return path
 
 
+def sharing() -> bool:
+    """This process counts in a shared file now."""
+    return _slots is not None and _owner == os.getpid() and recorder.tally is _slots
+
+
 def _grow(slot: int) -> MutableSequence[int] | None:
     """More stacks than slots (over 4,094 threads): the same file, mapped twice as large;
     every stack keeps a slot of its own, so the count stays exact at any thread count."""
@@ -105,7 +110,7 @@ def remove_run(run_id: str) -> None:
     prefix = _prefix(run_id)
     try:
         names = [name for name in os.listdir(_folder())
-                 if name.startswith(prefix) and name.endswith(".tally")]
+                 if name.startswith(prefix) and name.endswith((".tally", ".ledger"))]
     except OSError:
         return
     for name in names:
@@ -113,8 +118,8 @@ def remove_run(run_id: str) -> None:
 
 
 def remove(path: str) -> None:
-    """Only a tally file (the path comes from a worker's report)."""
-    if os.path.basename(path).startswith("otel-rl-") and path.endswith(".tally"):
+    """Only a tally (or main ledger) file (the path comes from a worker's report)."""
+    if os.path.basename(path).startswith("otel-rl-") and path.endswith((".tally", ".ledger")):
         try:
             os.unlink(path)
         except OSError:

@@ -35,6 +35,8 @@ class Collector:
         self.accepted = 0
         #: Spans of every request read whole, answered or not (what the collector has).
         self.received = 0
+        #: Of those, spans of timed blocks (not the run, process or aggregate spans).
+        self.blocks = 0
         self.requests = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
@@ -86,12 +88,15 @@ class Collector:
                 body = self._read_request(conn, buf)
                 if body is None:
                     return
-                spans = sum(len(ss.spans) for rs in
-                            ExportTraceServiceRequest.FromString(body).resource_spans
-                            for ss in rs.scope_spans)
+                parsed = [s for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                          for ss in rs.scope_spans for s in ss.spans]
+                spans = len(parsed)
+                timed = sum(1 for s in parsed
+                            if not any(a.key == "otel_rl.kind" for a in s.attributes))
                 with self.lock:
                     self.requests += 1
                     self.received += spans
+                    self.blocks += timed
                     fast = self.requests <= self.fast_first
                 if fast:
                     payload = ExportTraceServiceResponse().SerializeToString()
