@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from otel_rl._internal import log, mainledger, tallyfile
-from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY
+from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY, RUN_MARK
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.records import Batch
@@ -32,9 +32,6 @@ __all__ = ["DROPPED_KEY", "LEDGER_KEY", "LedgerState", "before_final_flush",
            "checkpoint_inputs", "ledger_metadata", "main_started", "orphaned", "output_dir",
            "parent_gone", "relayed", "shut_down", "snapshot_extras", "snapshot_seen",
            "timers_written", "watch_parent", "worker_lost"]
-
-#: A file in the output folder naming the run that writes there.
-RUN_MARK = ".otel-rl-run"
 
 
 def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
@@ -272,6 +269,11 @@ def worker_lost(rt: Runtime, pid: int) -> None:
     else:
         recorded = int(snap.get("recorded") or 0)
         lost = max(0, recorded - received)
+        note = (f"worker {role} (pid {pid}) died before it finished ({how}): at least {lost} "
+                f"of its block(s) were lost (a lower bound: it had no tally file, no writable "
+                f"/dev/shm or temp dir; what it recorded after its last report is not counted)")
+        with workers.lock:
+            workers.died[pid] = note
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
     rt.stats.ledger.taken(0, outside=lost)  # (never records of this process)
     with workers.lock:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["DROPPED_KEY", "LEDGER_KEY", "SURVIVOR_ENV", "Mirror", "after_main",
            "has_survivor", "share"]
 
+#: A file in the output folder naming the run (and its main pid) that writes there.
+RUN_MARK = ".otel-rl-run"
 #: Metadata keys of timers.json (`ledger_hooks.ledger_metadata` writes them too).
 DROPPED_KEY = "otel_rl_dropped_spans"
 LEDGER_KEY = "otel_rl_ledger"
@@ -178,13 +180,19 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
     return {"sinks": sinks, "upstream": upstream, "notes": []}
 
 
-def after_main(pid: int, run_id: str, returncode: int) -> str | None:
+def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None) -> str | None:
     """In the launcher, once the main process `pid` has ended: if it ended without its
-    shutdown, its loss counted from what it left; the exit line (None: nothing to say)."""
+    shutdown, its loss counted from what it left; the exit line (None: nothing to say).
+    `folder`: the run's output folder as the launcher knows it."""
     path = _path(run_id, pid)
     read = _read(path)
     if read is None:
         tallyfile.remove_run(run_id)  # (a tally without a ledger: nothing to say with it)
+        if returncode < 0 and folder is not None and _unfinished(folder, run_id, pid):
+            return (f"the main process (pid {pid}) was killed by {_signal_name(-returncode)}: "
+                    "at least 0 span(s) were not exported [a lower bound: it could make no "
+                    "tally or ledger file (no writable /dev/shm or temp dir), so what it had "
+                    "not exported is not counted]")
         return None
     slots, header = read
     tally = header.get("tally")
@@ -220,6 +228,24 @@ def after_main(pid: int, run_id: str, returncode: int) -> str | None:
     if isinstance(folder, str):
         _into_timers(folder, note, summary, worst)
     return note
+
+
+def _unfinished(folder: str, run_id: str, pid: int) -> bool:
+    """The run in `folder` is this main process's (its mark), and its timers.json is missing
+    or a checkpoint's (never the final one)."""
+    for where in (folder, os.path.join(folder, run_id), os.path.join(folder, f"{run_id}-{pid}")):
+        try:
+            with open(os.path.join(where, RUN_MARK), encoding="utf-8") as f:
+                if f.read().strip() != f"{run_id} {pid}":
+                    continue
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(where, "timers.json"), encoding="utf-8") as f:
+                return "never finished" in f.read()
+        except OSError:
+            return True
+    return False
 
 
 def _signal_name(signum: int) -> str:

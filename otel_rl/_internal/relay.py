@@ -12,6 +12,7 @@ import os
 import selectors
 import socket
 import struct
+import sys
 import threading
 import time
 from array import array
@@ -96,6 +97,11 @@ def decode_columns(body: bytes) -> Batch:
                  {int(k): v for k, v in header["threads"].items()})
 
 
+def _socket_name(address: str) -> str:
+    """A relay address as `socket` takes it: "@name" is Linux's abstract namespace."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
 class RelayServer:
     """Receives frames from workers; `on_batch(Batch)` and `on_snapshot(dict)` run on its thread."""
 
@@ -109,12 +115,22 @@ class RelayServer:
         self._pids: dict[socket.socket, int] = {}
         import tempfile
 
-        self._dir = tempfile.mkdtemp(prefix="otel-rl-")
-        os.chmod(self._dir, 0o700)
-        self.address = os.path.join(self._dir, "relay.sock")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.address)
-        os.chmod(self.address, 0o600)
+        try:
+            self._dir: str | None = tempfile.mkdtemp(prefix="otel-rl-")
+        except OSError:
+            if not sys.platform.startswith("linux"):
+                raise
+            # No writable temp dir: Linux's abstract socket names need none ("@" marks one
+            # in the carrier; unlike the 0600 file, any local user could connect to it).
+            self._dir = None
+            self.address = f"@otel-rl-{os.getpid()}-{os.urandom(8).hex()}"
+            self._sock.bind(_socket_name(self.address))
+        else:
+            os.chmod(self._dir, 0o700)
+            self.address = os.path.join(self._dir, "relay.sock")
+            self._sock.bind(self.address)
+            os.chmod(self.address, 0o600)
         self._sock.listen(128)
         self._sock.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -235,7 +251,8 @@ class RelayServer:
                 pass
         import shutil
 
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def forget_after_fork(self) -> None:
         """In a forked child: close this process's copies of the parent's sockets (the socket
@@ -263,7 +280,7 @@ class RelayClient(Sink):
         self._stats = stats
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
-        self._sock.connect(address)
+        self._sock.connect(_socket_name(address))
         self._lock = threading.Lock()
         self._broken = False
         #: Called (once) when the parent is gone, and then with each batch the relay could

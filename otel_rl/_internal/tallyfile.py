@@ -32,7 +32,14 @@ _slots: MutableSequence[int] | None = None
 
 
 def _folder() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    """/dev/shm where it is writable (memory), else the temp dir (on disk: the page cache
+    still keeps a killed process's stores); `share` fails if neither takes the file."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    try:
+        return tempfile.gettempdir()
+    except OSError:  # no usable temp dir either: making the file fails, and says so
+        return "/dev/shm"
 
 
 def _prefix(run_id: str) -> str:

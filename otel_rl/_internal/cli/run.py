@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         forwarder.restore()
     try:  # the main process killed (SIGKILL, OOM): what it held, counted
-        said = mainledger.after_main(proc.pid, env["OTEL_RL_RUN_ID"], returncode)
+        said = mainledger.after_main(proc.pid, env["OTEL_RL_RUN_ID"], returncode, folder)
     except Exception as exc:  # the program's result stands; the count is extra
         said = f"cannot count what the main process left ({one_line(exc)})"
     if said:
