@@ -36,7 +36,7 @@ class Mirror(Protocol):
 
     def sinks(self, accounts: dict[str, _Account]) -> None: ...
 
-    def account(self, account: _Account) -> None: ...
+    def account(self, account: _Account, lost: bool = False) -> None: ...
 
     def totals(self, ledger: Ledger) -> None: ...
 
@@ -83,7 +83,7 @@ class Ledger:
             self.mirror = mirror
             mirror.sinks(self._sinks)
             for account in self._sinks.values():
-                mirror.account(account)
+                mirror.account(account, lost=True)
             mirror.totals(self)
 
     def add_sink(self, name: str, label: str) -> None:
@@ -153,7 +153,7 @@ class Ledger:
             if detail:
                 account.detail[reason] = detail
             if self.mirror is not None:
-                self.mirror.account(account)
+                self.mirror.account(account, lost=True)
 
     def note(self, text: str) -> None:
         """A loss that cannot be counted, said in the exit line."""
@@ -183,7 +183,7 @@ class Ledger:
             account.closed = True
             account.sending = 0
             if self.mirror is not None:
-                self.mirror.account(account)
+                self.mirror.account(account, lost=True)
             return max(0, left)
 
     def pending(self, name: str) -> int:

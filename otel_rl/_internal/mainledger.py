@@ -92,7 +92,8 @@ class Mirror:
         self._mapping[_HEADER_AT:_HEADER_AT + len(data)] = data
         self._slots[3] = len(data)
 
-    def account(self, account: _Account) -> None:
+    def account(self, account: _Account, lost: bool = False) -> None:
+        """`account`'s counts (with `lost`: its losses too, which change rarely)."""
         if account.index >= _MAX_SINKS:
             return
         slots = self._slots
@@ -100,8 +101,9 @@ class Mirror:
         slots[base] = account.offered
         slots[base + 1] = account.delivered
         slots[base + 2] = account.sending
-        for i, reason in enumerate(REASONS):
-            slots[base + 3 + i] = account.lost.get(reason, 0)
+        if lost:
+            for i, reason in enumerate(REASONS):
+                slots[base + 3 + i] = account.lost.get(reason, 0)
 
     def totals(self, ledger: Ledger) -> None:
         slots = self._slots
