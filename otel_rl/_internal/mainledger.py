@@ -118,8 +118,10 @@ def _path(run_id: str, pid: int) -> str:
 
 
 def has_survivor() -> bool:
-    """This is the program's main process under ``otel-rl run``, whose launcher outlives it."""
-    return (os.environ.get(SURVIVOR_ENV, "") == str(os.getppid())
+    """This is the program's main process under ``otel-rl run`` (its child, or a grandchild
+    through a shell), whose launcher outlives it."""
+    survivor = os.environ.get(SURVIVOR_ENV, "")
+    return (survivor.isdigit() and int(survivor) != os.getpid()
             and os.environ.get(_MAIN_ENV) == f"pid:{os.getpid()}")
 
 
@@ -187,6 +189,9 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     shutdown, its loss counted from what it left; the exit line (None: nothing to say).
     `folder`: the run's output folder as the launcher knows it."""
     path = _path(run_id, pid)
+    if not os.path.exists(path):  # the main process may be a grandchild (a shell between)
+        found = _ledgers(run_id)
+        path = found[0] if len(found) == 1 else path
     read = _read(path)
     if read is None:
         tallyfile.remove_run(run_id)  # (a tally without a ledger: nothing to say with it)
@@ -197,6 +202,8 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
                     "not exported is not counted]")
         return None
     slots, header = read
+    if header.get("pid") != pid:  # not the launcher's child: how it ended is unknown here
+        pid, returncode = int(header.get("pid") or 0), 0
     tally = header.get("tally")
     made = tallyfile.count(tally) if isinstance(tally, str) else None
     if made is not None:
@@ -205,7 +212,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     _remove(path)
     tallyfile.remove_run(run_id)
     how = (f"killed by {_signal_name(-returncode)}" if returncode < 0
-           else f"ended (exit code {returncode}) without its shutdown")
+           else "ended without its shutdown")
     worst = max((sum(s["lost"].values()) for s in summary["sinks"].values()), default=0)
     parts = []
     for name, s in summary["sinks"].items():
@@ -230,6 +237,16 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if isinstance(folder, str):
         _into_timers(folder, note, summary, worst)
     return note
+
+
+def _ledgers(run_id: str) -> list[str]:
+    """The main-process ledger files of run `run_id` (one per run)."""
+    folder, prefix = tallyfile._folder(), tallyfile._prefix(run_id)
+    try:
+        return [os.path.join(folder, name) for name in os.listdir(folder)
+                if name.startswith(prefix) and name.endswith(".ledger")]
+    except OSError:
+        return []
 
 
 def _unfinished(folder: str, run_id: str, pid: int) -> bool:
