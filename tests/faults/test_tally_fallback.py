@@ -26,6 +26,15 @@ AFTER = 25
 RO = "mount -t tmpfs -o ro,size=1m tmpfs"
 
 
+def _no_folder(out: Path) -> str:
+    """Shell steps making /dev/shm, /tmp, /var/tmp and the working directory read-only, with
+    the output folder at /mnt/out and this checkout at /mnt/root (either may be under /tmp)."""
+    return (f"mount -t tmpfs -o size=1m tmpfs /mnt && mkdir /mnt/out /mnt/root && "
+            f"mount --bind {out} /mnt/out && mount --bind {ROOT} /mnt/root && "
+            f"{RO} /dev/shm && {RO} /tmp && {RO} /var/tmp && cd /tmp && "
+            "export PYTHONPATH=/mnt/root && ")
+
+
 def _namespaces() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
@@ -34,8 +43,12 @@ def _namespaces() -> bool:
     return probe.returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not _namespaces(), reason="needs root and `unshare -m` (mount "
-                                "namespaces) to make /dev/shm and the temp dirs read-only")
+pytestmark = [
+    pytest.mark.skipif(not _namespaces(), reason="needs root and `unshare -m` (mount "
+                       "namespaces) to make /dev/shm and the temp dirs read-only"),
+    pytest.mark.skipif(sys.executable.startswith(("/tmp/", "/var/tmp/")),
+                       reason="this Python lives in a temp dir the tests make read-only"),
+]
 
 
 def _run(script: str, out: Path) -> subprocess.CompletedProcess[str]:
@@ -65,10 +78,9 @@ def test_without_a_writable_dev_shm_the_temp_dir_holds_the_tally_exactly(
 
 def test_without_any_writable_folder_the_count_is_a_lower_bound_said_as_such(
         tmp_path: Path) -> None:
-    # The output folder stays reachable (bound at /mnt); /dev/shm, /tmp, /var/tmp and the
-    # working directory are read-only, so no tally file can be made anywhere.
-    script = (f"mount --bind {{out}} /mnt && {RO} /dev/shm && {RO} /tmp && {RO} /var/tmp && "
-              "cd /tmp && exec {python} -m tests.faults.workload /mnt {args}")
+    # No tally file can be made anywhere (`_no_folder`).
+    script = (_no_folder(tmp_path).replace("{", "{{").replace("}", "}}")
+              + "exec {python} -m tests.faults.workload /mnt/out {args}")
     proc = _run(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     book = ledger(tmp_path)
@@ -92,10 +104,9 @@ def test_main_killed_without_any_writable_folder_the_launcher_says_it_counted_no
     file: the launcher still says the main process died, with a lower bound, said as such."""
     out = tmp_path / "out"
     out.mkdir()
-    script = (f"mount --bind {out} /mnt && {RO} /dev/shm && {RO} /tmp && {RO} /var/tmp && "
-              f"cd /tmp && exec {sys.executable} -m otel_rl run --output /mnt -- "
-              f"{sys.executable} -m tests.faults.workload /mnt --zero-code --blocks 20 "
-              "--hold 60 --ready /mnt/ready")
+    script = (_no_folder(out) + f"exec {sys.executable} -m otel_rl run --output /mnt/out -- "
+              f"{sys.executable} -m tests.faults.workload /mnt/out --zero-code --blocks 20 "
+              "--hold 60 --ready /mnt/out/ready")
     environ = env()
     environ.pop("TMPDIR", None)
     environ.update(OTEL_RL_SPANS="all", OTEL_RL_FLUSH_INTERVAL="0.2")
