@@ -587,12 +587,14 @@ def reseed_ids() -> None:
 reseed_ids()
 
 
-def use_tally(slots: MutableSequence[int]) -> None:
+def use_tally(slots: MutableSequence[int],
+              grow: Callable[[int], MutableSequence[int] | None] | None = None) -> None:
     """Count in `slots` from now on (what was counted so far is copied into it): timed
-    blocks store their span ids there (`_tallied_enter`)."""
-    global tally
+    blocks store their span ids there (`_tallied_enter`); `grow` becomes `on_tally_full`."""
+    global tally, on_tally_full
     slots[:] = tally
     tally = slots
+    on_tally_full = grow
     _swap_enter(_tallied_enter)
 
 

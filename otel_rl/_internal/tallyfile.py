@@ -69,12 +69,12 @@ def share(run_id: str) -> str | None:
 
     path = os.path.join(_folder(), f"{_prefix(run_id)}{os.getpid()}.tally")
     try:
-        slots = _map(path, _SIZE, create=True)
+        # (as large as the tally in use: a process counting again after it grew)
+        slots = _map(path, max(_SIZE, 8 * len(recorder.tally)), create=True)
     except (OSError, ValueError):
         return None
     _path, _owner, _slots = path, os.getpid(), slots
-    recorder.on_tally_full = _grow
-    recorder.use_tally(slots)
+    recorder.use_tally(slots, _grow)
     return path
 
 
