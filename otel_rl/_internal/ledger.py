@@ -38,7 +38,7 @@ class Mirror(Protocol):
 
     def account(self, account: _Account, lost: bool = False) -> None: ...
 
-    def totals(self, ledger: Ledger) -> None: ...
+    def totals(self, ledger: Ledger, source: int | None = None) -> None: ...
 
 
 class _Account:
@@ -74,6 +74,8 @@ class Ledger:
         #: process's own tally they say what it held when it died (`mainledger`).
         self.taken_in = 0
         self.outside = 0
+        #: Of `taken_in`, per process id.
+        self.sources: dict[int, int] = {}
         #: Where every change is copied for a survivor to read (`mainledger.Mirror`), if any.
         self.mirror: Mirror | None = None
 
@@ -122,14 +124,18 @@ class Ledger:
                 if self.mirror is not None:
                     self.mirror.account(account)
 
-    def taken(self, n: int, outside: int = 0) -> None:
-        """`n` records were handed in from other processes; `outside` upstream losses
-        counted here were never records of this process (a killed worker's)."""
+    def taken(self, n: int, outside: int = 0, source: int | None = None,
+              counted: bool = False) -> None:
+        """`n` records were handed in from other processes (from process `source`, when
+        known); `outside` upstream losses counted here were never records of this process
+        (a killed worker's); `counted`: `source` died and its loss is counted here."""
         with self._lock:
             self.taken_in += n
             self.outside += outside
+            if source is not None:
+                self.sources[source] = -1 if counted else self.sources.get(source, 0) + n
             if self.mirror is not None:
-                self.mirror.totals(self)
+                self.mirror.totals(self, source)
 
     def lost(self, reason: str, n: int, sink: str | None = None, detail: str = "") -> None:
         """`n` records did not reach `sink` (None: any sink) because of `reason`."""

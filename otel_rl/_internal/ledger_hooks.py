@@ -151,10 +151,11 @@ class LedgerState:
 
 def relayed(rt: Runtime, batch: Batch) -> None:
     """A worker's batch arrived (the relay's thread): count it for its pid."""
-    rt.stats.ledger.taken(len(batch.records))
     pid = batch.resource.get("process.pid")
     if not isinstance(pid, int):
+        rt.stats.ledger.taken(len(batch.records))
         return
+    rt.stats.ledger.taken(len(batch.records), source=pid)
     workers = rt.ledger_state
     with workers.lock:
         if pid not in workers.received:
@@ -255,8 +256,6 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         workers.died[pid] = note
     cut = _cut_short(rt, pid, snap, how)
     counted = tallyfile.count(path) if isinstance(path, str) else None
-    if isinstance(path, str):
-        tallyfile.remove(path)
     if counted is not None:
         # Exact: everything it recorded (its open blocks included) that neither arrived, nor
         # was dropped by its full buffer (counted from its report), nor is exported cut short.
@@ -275,7 +274,11 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         with workers.lock:
             workers.died[pid] = note
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
-    rt.stats.ledger.taken(0, outside=lost)  # (never records of this process)
+    # (never records of this process; and a launcher reading the mirror must not count it
+    # again from its tally file, removed only now)
+    rt.stats.ledger.taken(0, outside=lost, source=pid, counted=True)
+    if isinstance(path, str):
+        tallyfile.remove(path)
     with workers.lock:
         workers.killed += lost
         workers.processes.pop(pid, None)

@@ -60,6 +60,10 @@ _UPSTREAM = 8
 _SINKS = 32
 _PER_SINK = 16
 _MAX_SINKS = 14
+#: From slot 256: (worker pid, records received from it) pairs, for workers killed with it.
+_SOURCES = 256
+_MAX_SOURCES = 128
+_ALL = 2 ** 64 - 1
 _HEADER_AT = 4096  # bytes: the JSON header (sink names and labels, output folder, ...)
 _SIZE = 8192
 #: The reason a survivor gives for what the killed main process held.
@@ -84,6 +88,8 @@ class Mirror:
         self._slots = cast(MutableSequence[int],
                            (ctypes.c_uint64 * (_HEADER_AT // 8)).from_buffer(self._mapping))
         self._slots[0] = _MAGIC
+        #: Worker pid -> its slot pair (pid, records received from it).
+        self._sources: dict[int, int] = {}
 
     def sinks(self, accounts: dict[str, _Account]) -> None:
         self._header["sinks"] = [[name, a.label] for name, a in accounts.items()
@@ -105,8 +111,15 @@ class Mirror:
             for i, reason in enumerate(REASONS):
                 slots[base + 3 + i] = account.lost.get(reason, 0)
 
-    def totals(self, ledger: Ledger) -> None:
+    def totals(self, ledger: Ledger, source: int | None = None) -> None:
         slots = self._slots
+        if source is not None:
+            index = self._sources.get(source)
+            if index is None and len(self._sources) < _MAX_SOURCES:
+                index = self._sources[source] = _SOURCES + 2 * len(self._sources)
+                slots[index] = source
+            if index is not None:  # (-1: its death was counted there)
+                slots[index + 1] = ledger.sources.get(source, 0) & _ALL
         slots[1] = ledger.taken_in
         slots[2] = ledger.outside
         for i, reason in enumerate(REASONS):
@@ -209,6 +222,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if made is not None:
         made = max(0, made - int(header.get("made_before") or 0))
     summary = count(slots, header, made)
+    _with_it(summary, slots, run_id, tally)
     _remove(path)
     tallyfile.remove_run(run_id)
     how = (f"killed by {_signal_name(-returncode)}" if returncode < 0
@@ -231,12 +245,62 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     else:
         exactness = "exact"
     note = (f"the main process (pid {pid}) was {how}: {worst} span(s) were not exported "
-            f"[{exactness}]: " + "; ".join(parts or ["no sink"]))
-    summary["notes"].append(note)
+            f"[{exactness}]: " + "; ".join(parts or ["no sink"])
+            + "".join(f" [{more}]" for more in summary["notes"]))
+    summary["notes"].insert(0, note)
     folder = header.get("output_dir")
     if isinstance(folder, str):
         _into_timers(folder, note, summary, worst)
     return note
+
+
+def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
+             own: object) -> None:
+    """Workers that died with the main process (a process group killed, a cgroup OOM) left
+    their tally files: what each recorded and the main process had not received is lost
+    ("killed worker"), for every sink. A worker still alive is left alone: it becomes an
+    orphan and exports the rest itself."""
+    received = {slots[i]: slots[i + 1] for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2)
+                if slots[i]}
+    folder, prefix = tallyfile._folder(), tallyfile._prefix(run_id)
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tally")]
+    except OSError:
+        return
+    lost = dead = 0
+    for name in names:
+        path = os.path.join(folder, name)
+        pid = name[len(prefix):-len(".tally")]
+        if (path == own or not pid.isdigit() or received.get(int(pid)) == _ALL
+                or _alive(int(pid))):
+            continue  # its own; counted by the main process already; or alive
+        recorded = tallyfile.count(path)
+        if recorded is None:
+            continue
+        dead += 1
+        lost += max(0, recorded - received.get(int(pid), 0))
+    if not dead:
+        return
+    summary["upstream"]["killed worker"] = summary["upstream"].get("killed worker", 0) + lost
+    for sink in summary["sinks"].values():
+        sink["lost"]["killed worker"] = sink["lost"].get("killed worker", 0) + lost
+        sink["recorded"] += lost
+    summary["notes"].append(f"{dead} worker(s) died with it: {lost} of their block(s) had not "
+                            "reached it (counted from their tally files)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: alive
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"  # a zombie is dead
+    except (OSError, IndexError):
+        return True
 
 
 def _ledgers(run_id: str) -> list[str]:

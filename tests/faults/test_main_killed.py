@@ -55,7 +55,7 @@ def _book(out: Path) -> dict[str, Any]:
     return json.loads(tree["metadata"]["otel_rl_ledger"])  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("mode", ["ok", "slow", "shell"])
+@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group"])
 def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
                                                                 mode: str) -> None:
     out = tmp_path / "out"
@@ -68,12 +68,15 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
         try:
             assert wait_until(ready.exists, 90), (tmp_path / "stderr").read_text()
             main_pid = int(Path(f"{ready}.main").read_text())
+            if mode == "group":  # its workers die with it (a process group, a cgroup OOM)
+                for pid in ready.read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
             os.kill(main_pid, signal.SIGKILL)  # right after its own steps: some unflushed
             launcher.wait(60)
         finally:
             launcher.kill()
         assert launcher.returncode == 128 + signal.SIGKILL
-        workers = [int(p) for p in ready.read_text().split()]
+        workers = [int(p) for p in ready.read_text().split()] if mode != "group" else []
         time.sleep(1.0)  # the orphans notice at their next flush (every 0.2 s)
         for pid in workers:  # they end, exporting their open `worker` blocks cut short
             os.kill(pid, signal.SIGTERM)
@@ -90,7 +93,8 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
     for sink in (file, otlp):  # the launcher's own books add up, per sink
         assert sink["delivered"] + sum(sink["lost"].values()) + sink.get("unconfirmed", 0) \
             == sink["recorded"]
-        assert set(sink["lost"]) <= {"killed main"}
+        assert set(sink["lost"]) <= {"killed main", "killed worker"}
+        assert ("killed worker" in sink["lost"]) == (mode == "group")
     main_file = out / "spans.otlp.jsonl"
     in_main_file = file_spans(main_file)
     # The file: every line written was counted delivered (the last one may be torn: then
