@@ -27,7 +27,7 @@ UNCONFIRMED = "unconfirmed"
 
 #: Why records did not reach a sink. "error" covers anything else (an exporter's bug).
 REASONS = ("unreachable", "rejected", "timed out", "buffer full", "killed worker",
-           "disk full", "error", UNCONFIRMED)
+           "killed main", "disk full", "error", UNCONFIRMED)
 
 
 class Mirror(Protocol):
@@ -113,6 +113,18 @@ class Ledger:
                 account.sending = max(0, account.sending - n)
                 if self.mirror is not None:
                     self.mirror.account(account)
+
+    def recall(self, name: str, n: int, reason: str, detail: str) -> None:
+        """`n` records counted delivered to `name` never arrived after all (a relaying
+        worker's batches its parent died before reading): lost for `reason`."""
+        with self._lock:
+            account = self._account(name)
+            n = min(n, account.delivered)
+            if n <= 0 or account.closed:
+                return
+            account.delivered -= n
+            account.lost[reason] = account.lost.get(reason, 0) + n
+            account.detail[reason] = detail
 
     def sending(self, name: str, n: int) -> None:
         """`n` records are being sent to `name` now (a request, a line): until reported

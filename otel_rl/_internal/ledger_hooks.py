@@ -144,6 +144,8 @@ class LedgerState:
         #: Per worker pid: its latest batch's resource, offset, thread names and trace id,
         #: the shape of the cut-short spans the parent exports for it if it dies.
         self.shape: dict[int, tuple[Any, int, Any, int]] = {}
+        #: Once orphaned under ``otel-rl run``: the dead parent whose mirror it read.
+        self.orphan_of: int | None = None
         #: Records counted lost by `worker_lost` here (workers of this process that died);
         #: a relaying worker reports it, the main process adds it from every report.
         self.killed = 0
@@ -355,6 +357,8 @@ def shut_down(rt: Runtime) -> None:
             tallyfile.remove(path)
     if not rt.is_worker:
         tallyfile.remove_run(rt.run_id)
+    elif rt.ledger_state.orphan_of is not None:
+        mainledger.orphan_ended(rt.run_id, rt.ledger_state.orphan_of)
 
 
 def snapshot_extras(rt: Runtime) -> Snapshot:
@@ -392,6 +396,24 @@ def watch_parent(rt: Runtime) -> None:
                               "recorded": 0, "final": False, "tally": path})
 
 
+def _relay_gap(rt: Runtime) -> None:
+    """Orphaned: batches this worker wrote to the relay that its parent died before reading
+    were counted delivered; the parent's mirror (under ``otel-rl run``) says how many it had
+    received from this worker, so the rest is lost ("killed main"), said by this worker."""
+    parent = rt.ledger_state.parent_pid
+    if parent is None:
+        return
+    received = mainledger.received_from(rt.run_id, parent, os.getpid())
+    if received is None:
+        return
+    sent = int(rt.stats.ledger.totals().get("relay", {}).get("delivered", 0))  # type: ignore[call-overload]
+    if sent > received:
+        rt.stats.ledger.recall("relay", sent - received, mainledger.KILLED_MAIN,
+                               f"relay: {sent - received} span(s) sent to the parent process "
+                               f"(pid {parent}), which died before reading them")
+    rt.ledger_state.orphan_of = parent
+
+
 def parent_gone(rt: Runtime) -> bool:
     """Checked at each flush of a relaying worker (cheap): was it re-parented?"""
     ppid = rt.ledger_state.parent_pid
@@ -424,6 +446,7 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             if rt.ledger_state.tally is not None:  # nobody reads it any more
                 tallyfile.remove(rt.ledger_state.tally)
                 rt.ledger_state.tally = None
+            _relay_gap(rt)
             rt.pipeline.queues.extend(own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"

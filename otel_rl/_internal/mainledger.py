@@ -67,7 +67,7 @@ _ALL = 2 ** 64 - 1
 _HEADER_AT = 4096  # bytes: the JSON header (sink names and labels, output folder, ...)
 _SIZE = 8192
 #: The reason a survivor gives for what the killed main process held.
-KILLED_MAIN = "killed main"
+KILLED_MAIN = REASONS[5]
 
 
 class Mirror:
@@ -222,9 +222,14 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if made is not None:
         made = max(0, made - int(header.get("made_before") or 0))
     summary = count(slots, header, made)
-    _with_it(summary, slots, run_id, tally)
-    _remove(path)
-    tallyfile.remove_run(run_id)
+    if _with_it(summary, slots, run_id, tally):
+        # Workers still alive become orphans: each reads what it received from them
+        # (`received_from`) and the last to end removes the file (`orphan_ended`).
+        for name in _names(run_id, ".tally"):
+            tallyfile.remove(os.path.join(tallyfile._folder(), name))
+    else:
+        _remove(path)
+        tallyfile.remove_run(run_id)
     how = (f"killed by {_signal_name(-returncode)}" if returncode < 0
            else "ended without its shutdown")
     worst = max((sum(s["lost"].values()) for s in summary["sinks"].values()), default=0)
@@ -254,8 +259,42 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     return note
 
 
+def _names(run_id: str, suffix: str) -> list[str]:
+    prefix = tallyfile._prefix(run_id)
+    try:
+        return [n for n in os.listdir(tallyfile._folder())
+                if n.startswith(prefix) and n.endswith(suffix)]
+    except OSError:
+        return []
+
+
+def received_from(run_id: str, parent: int, pid: int) -> int | None:
+    """In an orphaned worker: how many of its records its dead parent (the run's main
+    process, under ``otel-rl run``) had received, from the parent's mirror (None: unknown)."""
+    read = _read(_path(run_id, parent))
+    if read is None:
+        return None
+    slots = read[0]
+    for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2):
+        if slots[i] == pid:
+            return None if slots[i + 1] == _ALL else slots[i + 1]
+        if slots[i] == 0:
+            return 0  # (the table is filled in order: it sent nothing that arrived)
+    return None
+
+
+def orphan_ended(run_id: str, parent: int) -> None:
+    """An orphaned worker ends: the parent's mirror goes once no worker of the run is left
+    (their tally files are gone by then, or belong to dead processes)."""
+    for name in _names(run_id, ".tally"):
+        pid = name[len(tallyfile._prefix(run_id)):-len(".tally")]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            return
+    _remove(_path(run_id, parent))
+
+
 def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
-             own: object) -> None:
+             own: object) -> int:
     """Workers that died with the main process (a process group killed, a cgroup OOM) left
     their tally files: what each recorded and the main process had not received is lost
     ("killed worker"), for every sink. A worker still alive is left alone: it becomes an
@@ -266,27 +305,30 @@ def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
     try:
         names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tally")]
     except OSError:
-        return
-    lost = dead = 0
+        return 0
+    lost = dead = alive = 0
     for name in names:
         path = os.path.join(folder, name)
         pid = name[len(prefix):-len(".tally")]
-        if (path == own or not pid.isdigit() or received.get(int(pid)) == _ALL
-                or _alive(int(pid))):
-            continue  # its own; counted by the main process already; or alive
+        if path == own or not pid.isdigit() or received.get(int(pid)) == _ALL:
+            continue  # its own; counted by the main process already
+        if _alive(int(pid)):
+            alive += 1  # it becomes an orphan and says its own losses
+            continue
         recorded = tallyfile.count(path)
         if recorded is None:
             continue
         dead += 1
         lost += max(0, recorded - received.get(int(pid), 0))
     if not dead:
-        return
+        return alive
     summary["upstream"]["killed worker"] = summary["upstream"].get("killed worker", 0) + lost
     for sink in summary["sinks"].values():
         sink["lost"]["killed worker"] = sink["lost"].get("killed worker", 0) + lost
         sink["recorded"] += lost
     summary["notes"].append(f"{dead} worker(s) died with it: {lost} of their block(s) had not "
                             "reached it (counted from their tally files)")
+    return alive
 
 
 def _alive(pid: int) -> bool:

@@ -29,17 +29,25 @@ from tests.faults.workload import expected_blocks
 BLOCKS = 100
 MAIN_STEPS = 150
 THREADS = 4
-EXPECTED = expected_blocks(BLOCKS) + THREADS * MAIN_STEPS * 2
+
+
+def expected(mode: str) -> int:
+    return expected_blocks(2 * BLOCKS if mode == "busy" else BLOCKS) + THREADS * MAIN_STEPS * 2
 
 
 def _launch(out: Path, endpoint: str, ready: Path, done: Path,
-            log: Any, shell: bool) -> subprocess.Popen[str]:
+            log: Any, mode: str) -> subprocess.Popen[str]:
     environ = env()
     environ.update(OTEL_RL_SPANS="all", OTEL_RL_FLUSH_INTERVAL="0.2", OTEL_RL_ENDPOINT=endpoint,
                    OTEL_RL_PROTOCOL="http/protobuf", OTEL_RL_SHUTDOWN_TIMEOUT="3")
     program = [sys.executable, "-m", "tests.faults.workload", str(out), "--zero-code",
-               "--blocks", str(BLOCKS), "--main-steps", str(MAIN_STEPS), "--hold", "60",
-               "--ready", str(ready), "--workers-done", str(done)]
+               "--blocks", str(BLOCKS), "--main-steps", str(MAIN_STEPS), "--ready", str(ready)]
+    if mode == "busy":  # the workers relay batches (every 0.02 s) when the main process dies
+        environ["OTEL_RL_FLUSH_INTERVAL"] = "0.02"
+        program += ["--step-sleep", "0.01", "--blocks", str(2 * BLOCKS)]
+    else:  # the workers' blocks reached it; they wait
+        program += ["--hold", "60", "--workers-done", str(done)]
+    shell = mode == "shell"
     if shell:  # the main process a grandchild of the launcher (a shell in between)
         program = ["sh", "-c", " ".join(program) + "; exit $?"]
     return subprocess.Popen(
@@ -55,7 +63,19 @@ def _book(out: Path) -> dict[str, Any]:
     return json.loads(tree["metadata"]["otel_rl_ledger"])  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group"])
+def _relay_lost(timers: Path) -> int:
+    """What an orphan says its dead parent never read (its relay's "killed main"); it lost
+    nothing else of its own."""
+    text = json.loads(timers.read_text())["metadata"].get("otel_rl_ledger")
+    if text is None:
+        return 0
+    book = json.loads(text)
+    for name, sink in book["sinks"].items():
+        assert set(sink["lost"]) <= ({"killed main"} if name == "relay" else set()), book
+    return int(book["sinks"].get("relay", {}).get("lost", {}).get("killed main", 0))
+
+
+@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group", "busy"])
 def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
                                                                 mode: str) -> None:
     out = tmp_path / "out"
@@ -64,7 +84,7 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
     # request is on the wire when the main process dies.
     with collector(mode, delay=1.0 if mode == "slow" else 0.0) as c, \
             open(tmp_path / "stderr", "w") as log:
-        launcher = _launch(out, c.endpoint, ready, done, log, mode == "shell")
+        launcher = _launch(out, c.endpoint, ready, done, log, mode)
         try:
             assert wait_until(ready.exists, 90), (tmp_path / "stderr").read_text()
             main_pid = int(Path(f"{ready}.main").read_text())
@@ -78,8 +98,8 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
         assert launcher.returncode == 128 + signal.SIGKILL
         workers = [int(p) for p in ready.read_text().split()] if mode != "group" else []
         time.sleep(1.0)  # the orphans notice at their next flush (every 0.2 s)
-        for pid in workers:  # they end, exporting their open `worker` blocks cut short
-            os.kill(pid, signal.SIGTERM)
+        for pid in workers if mode != "busy" else ():  # they end, their `worker` blocks
+            os.kill(pid, signal.SIGTERM)  # cut short (busy ones end by themselves)
         assert wait_until(lambda: all((out / f"timers.{pid}.json").exists()
                                       for pid in workers), 60)
         time.sleep(0.5)
@@ -96,21 +116,23 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
         assert set(sink["lost"]) <= {"killed main", "killed worker"}
         assert ("killed worker" in sink["lost"]) == (mode == "group")
     main_file = out / "spans.otlp.jsonl"
-    in_main_file = file_spans(main_file)
+    in_main_file = file_spans(main_file) if main_file.exists() else []
     # The file: every line written was counted delivered (the last one may be torn: then
     # it is the unconfirmed one).
     orphans = sum(blocks(file_spans(p)) for p in out.glob("spans.*.otlp.jsonl"))
     file_lost = sum(file["lost"].values())
     assert file["delivered"] == len(in_main_file)
-    assert blocks(in_main_file) + orphans + file_lost + file.get("unconfirmed", 0) == EXPECTED
+    # What the orphans had written into the relay and the main process never read: counted
+    # lost by them ("killed main" of their relay, in their timers.<pid>.json).
+    gap = sum(_relay_lost(out / f"timers.{pid}.json") for pid in workers)
+    assert blocks(in_main_file) + orphans + file_lost + gap + file.get("unconfirmed", 0) \
+        == expected(mode)
     # The collector: what it read (from the main process and the orphans) plus what the
     # launcher said was lost; a request on the wire when it died is unconfirmed and read.
     otlp_lost = sum(otlp["lost"].values())
-    assert collected + otlp_lost == EXPECTED
-    # The orphans lost nothing of their own: their timers.<pid>.json carry no ledger.
-    for pid in workers:
-        assert "otel_rl_ledger" not in json.loads(
-            (out / f"timers.{pid}.json").read_text())["metadata"]
+    # A request on the wire when it died is unconfirmed: the collector may have read it.
+    unsure = otlp.get("unconfirmed", 0)
+    assert collected + otlp_lost + gap <= expected(mode) <= collected + otlp_lost + gap + unsure
     # The readers say partial, with the count.
     result = cli("report", str(out / "timers.json"))
     assert result.returncode == 3 and "the main process (pid" in result.stdout + result.stderr
@@ -118,8 +140,9 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
     run_id = json.loads((out / "timers.json").read_text())["metadata"].get("otel_rl_run_id")
     if run_id:
         assert not list(Path(tallyfile._folder()).glob(f"{tallyfile._prefix(run_id)}*"))
-    print(f"LEDGER sigkill main ({mode} collector): expected {EXPECTED} blocks / delivered "
+    print(f"LEDGER sigkill main ({mode} collector): expected {expected(mode)} blocks / delivered "
           f"file {blocks(in_main_file)} + orphans {orphans}, otlp {collected} / reported lost "
           f"file {file_lost} unconfirmed {file.get('unconfirmed', 0)}, otlp {otlp_lost} "
-          f"unconfirmed {otlp.get('unconfirmed', 0)} (exact)")
+          f"unconfirmed {otlp.get('unconfirmed', 0)}; lost in the relay, said by the orphans: "
+          f"{gap} (exact; the unconfirmed ones may or may not have arrived)")
     assert mainledger.KILLED_MAIN == "killed main"

@@ -29,17 +29,21 @@ def expected_blocks(blocks: int, workers: int = WORKERS, threads: int = THREADS)
     return 1 + workers * (1 + threads * blocks * 2)
 
 
-def _thread(blocks: int) -> None:
+def _thread(blocks: int, step_sleep: float = 0.0) -> None:
     for _ in range(blocks):
         with hierarchical_timer("step"):
             with hierarchical_timer("inner"):
                 pass
+        if step_sleep:
+            time.sleep(step_sleep)
 
 
 def worker(index: int, blocks: int, threads: int, kill: bool, after_kill: int,
-           flush_wait: float, hold: float, done: str | None = None) -> None:
+           flush_wait: float, hold: float, done: str | None = None,
+           step_sleep: float = 0.0) -> None:
     with hierarchical_timer("worker"):
-        pool = [threading.Thread(target=_thread, args=(blocks,)) for _ in range(threads)]
+        pool = [threading.Thread(target=_thread, args=(blocks, step_sleep))
+                for _ in range(threads)]
         for t in pool:
             t.start()
         for t in pool:
@@ -80,6 +84,8 @@ def main() -> None:
     parser.add_argument("--main-steps", type=int, default=0,
                         help="the main process's own threads (--threads) run this many steps")
     parser.add_argument("--workers-done", help="each worker creates <this>.<pid> once flushed")
+    parser.add_argument("--step-sleep", type=float, default=0.0,
+                        help="workers sleep this long after each step (busy for a while)")
     args = parser.parse_args()
     settings: dict[str, object] = dict(
         output_dir=args.out, spans="all", flush_interval=args.flush, propagate=True,
@@ -97,7 +103,7 @@ def main() -> None:
                                                   i == args.kill_worker, args.after_kill,
                                                   0.0 if args.kill_at_once
                                                   else args.flush * 5 + 0.5, args.hold,
-                                                  args.workers_done))
+                                                  args.workers_done, args.step_sleep))
                  for i in range(args.workers)]
         for p in procs:
             p.start()
@@ -107,7 +113,7 @@ def main() -> None:
 
                 while len(glob.glob(f"{args.workers_done}.*")) < args.workers:
                     time.sleep(0.02)
-            pool = [threading.Thread(target=_thread, args=(args.main_steps,))
+            pool = [threading.Thread(target=_thread, args=(args.main_steps, args.step_sleep))
                     for _ in range(args.threads)]
             for t in pool:
                 t.start()
