@@ -316,8 +316,8 @@ def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
             alive += 1  # it becomes an orphan and says its own losses
             continue
         recorded = tallyfile.count(path)
-        if recorded is None:
-            continue
+        if recorded is None or (int(pid) not in received and len(received) >= _MAX_SOURCES):
+            continue  # unreadable; or past the mirror's table (received unknown)
         dead += 1
         lost += max(0, recorded - received.get(int(pid), 0))
     if not dead:
