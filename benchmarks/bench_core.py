@@ -82,15 +82,17 @@ def nest_loop(timer: Callable[[str], Any], n: int) -> None:
 # --- one round of one variant -------------------------------------------------------------------
 
 def _measure(loop: Callable[[], None], finish: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Wall and process CPU (all threads) of `loop`, then CPU including `finish` (the flush)."""
+    """Wall and process CPU (all threads) of `loop`, then CPU including `finish` (the flush);
+    and the CPU of the loop's own thread (the training thread: without the flush thread's)."""
     gc.collect()
-    w0, c0 = time.perf_counter_ns(), time.process_time_ns()
+    w0, c0, t0 = time.perf_counter_ns(), time.process_time_ns(), time.thread_time_ns()
     loop()
-    w1, c1 = time.perf_counter_ns(), time.process_time_ns()
+    w1, c1, t1 = time.perf_counter_ns(), time.process_time_ns(), time.thread_time_ns()
     if finish is not None:
         finish()
     c2 = time.process_time_ns()
-    return {"wall_ns": w1 - w0, "cpu_ns": c1 - c0, "cpu_total_ns": c2 - c0}
+    return {"wall_ns": w1 - w0, "cpu_ns": c1 - c0, "cpu_total_ns": c2 - c0,
+            "thread_ns": t1 - t0}
 
 
 def run_mlagents(n: int, receiver: ReceiverProcess) -> dict[str, Any]:

@@ -201,6 +201,36 @@ def test_this_processes_names_with_one_path_in_its_trees_take_it_without_parent_
     assert _counts(metrics)[("update", "update", "rollout")] == 1
 
 
+
+def test_a_few_names_at_several_paths_are_placed_by_parent_among_names_placed_by_name() -> None:
+    """Only the records whose name has several paths are placed by parent ids; their
+    parents may be records placed by name, other such records, a block still open, or a
+    block of another thread (then they are top-level)."""
+    import os
+
+    pid = os.getpid()
+    here = {"process.pid": pid}
+    trees = [_tree("main_loop/update/forward", "main_loop/evaluate/forward",
+                   "main_loop/evaluate/forward/forward", "forward", "init")]
+    opened = [(pid, 50, 8, "evaluate", 0, TID), (pid, 8, 0, "main_loop", 0, TID)]
+    metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict, scalars=list,
+                        local=lambda: trees, open_blocks=lambda: opened)
+    records = [_rec(100 + i, 0, "init") for i in range(20)]
+    records += [
+        _rec(3, 4, "forward"), _rec(4, 8, "update"),  # parent placed by name
+        _rec(5, 50, "forward"),  # parent open: main_loop/evaluate
+        _rec(7, 6, "forward"), _rec(6, 50, "forward"),  # parent of the same kind, then open
+        _rec(9, 4, "forward", tid=TID + 1)]  # parent in another thread: top-level
+    metrics.observe([Batch(here, 0, records, {TID: "MainThread", TID + 1: "t"})],
+                    exemplars=True)
+    assert _counts(metrics) == {
+        ("init", "init", "main"): 20, ("main_loop/update", "update", "main"): 1,
+        ("main_loop/update/forward", "forward", "main"): 1,
+        ("main_loop/evaluate/forward", "forward", "main"): 2,
+        ("main_loop/evaluate/forward/forward", "forward", "main"): 1,
+        ("forward", "forward", "main"): 1}
+    assert metrics.resolver.unplaced == 0
+
 # --- a real run: paths of blocks drained while their parents are still open ----------------------
 
 def _counts_in(request: Any) -> dict[str, int]:
@@ -262,3 +292,38 @@ def test_a_run_labels_each_block_with_its_path_in_its_thread(
                           "task": 1, "task/step": 1}
     finally:
         runtime.reset_for_tests()
+
+
+def test_a_relayed_batch_counts_from_its_columns_exactly_as_from_its_records() -> None:
+    """A worker's batch arrives over the relay as typed columns; the metrics read those
+    columns (no step per record) and must come to the very same points as from the records:
+    paths across nesting and threads, blocks with attributes, non-block spans left out, a
+    record waiting for its parent."""
+    from otel_rl._internal import relay
+
+    records = [
+        _rec(3, 2, "env_step", 0.0004), _rec(2, 1, "rollout", 0.003),
+        _rec(6, 1, "env_step", 0.02, tid=TID + 1),  # another thread: a top-level block
+        _rec(4, 1, "update", 0.2, extra={"attrs": {"lr": 0.1}}),
+        _rec(7, 1, "update", 0.1, extra={"attrs": {"otel_rl.continuation": True}}),
+        _rec(8, 0, "run", 1.0, extra={"attrs": {"otel_rl.kind": "run"}}),
+        _rec(9, 50, "late", 0.001),  # its parent (50) comes in the next batch
+        _rec(1, 0, "main_loop", 0.5)]
+    later = [_rec(50, 0, "outer", 0.002)]
+
+    def points(relayed: bool) -> dict[Any, Any]:
+        metrics = _metrics()
+        for batch in (records, later):
+            made = Batch(WORKER, 0, list(batch), {TID: "MainThread", TID + 1: "t"})
+            if relayed:
+                made = relay.decode_columns(relay.encode_columns(made)[relay._HEADER.size:])
+                assert made.columns is not None
+            metrics.observe([made], exemplars=True)
+        return {k: (list(p.bucket_counts), p.sum, [(e.as_double, e.span_id) for e in p.exemplars])
+                for k, p in _points(metrics).items()}
+
+    direct, relayed = points(False), points(True)
+    assert relayed == direct
+    assert {dict(k)["path"]: sum(v[0]) for k, v in direct.items()} == {
+        "main_loop": 1, "main_loop/rollout": 1, "main_loop/rollout/env_step": 1,
+        "env_step": 1, "main_loop/update": 1, "outer": 1, "outer/late": 1}

@@ -117,12 +117,14 @@ def _exponential_counts(np: Any, codes: Any, durations: Any) -> dict[int, tuple[
 
 
 def _slowest(np: Any, codes: Any, durations: Any) -> dict[int, int]:
-    """{code: position of its longest duration}."""
+    """{code: position of its longest duration (the last of equals)}, in linear time."""
     if not len(codes):
         return {}
-    order = np.lexsort((durations, codes))
-    last = order[np.flatnonzero(np.diff(codes[order], append=-1) != 0)]
-    return dict(zip(codes[last].tolist(), last.tolist(), strict=True))
+    best = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(best, codes, durations)
+    hits = np.flatnonzero(durations == best[codes])[::-1]  # the last of equals first
+    found, first = np.unique(codes[hits], return_index=True)
+    return dict(zip(found.tolist(), hits[first].tolist(), strict=True))
 
 
 def _offer(hist: _Hist, record: Any, offset: int) -> None:
@@ -133,7 +135,7 @@ def _offer(hist: _Hist, record: Any, offset: int) -> None:
         hist.exemplar = Exemplar(seconds, record[4] + offset, record[6], record[0])
 
 
-_START, _END, _EXTRA = (operator.itemgetter(i) for i in (3, 4, 7))
+_START, _END = operator.itemgetter(3), operator.itemgetter(4)
 #: Records waiting for their parent (`metrics_paths`) past this many count as top-level now.
 _MAX_PENDING = 100_000
 _BOUNDS_NS: Any = None
@@ -279,11 +281,19 @@ class Metrics:
         # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
         # is 20x slower on large batches).
         n = len(records)
-        extras = any(map(_EXTRA, records))
+        columns = batch.columns
+        if columns is not None and len(columns.sids) == n:  # a relayed batch: no Python step
+            extras = columns.extras
+            durations = (np.frombuffer(columns.ends, np.int64)
+                         - np.frombuffer(columns.starts, np.int64))
+        else:
+            columns = None
+            extras = metrics_paths.extra_at(records)
+            durations = (np.fromiter(map(_END, records), np.int64, n)
+                         - np.fromiter(map(_START, records), np.int64, n))
         path_codes = self.resolver.resolve(np, pid if isinstance(pid, int) else 0, records,
-                                           last_chance, extras, batch.thread_names, by_name)
-        durations = (np.fromiter(map(_END, records), np.int64, n)
-                     - np.fromiter(map(_START, records), np.int64, n))
+                                           last_chance, extras, batch.thread_names, by_name,
+                                           columns)
         keep = path_codes >= 0
         if not keep.all():
             late = np.flatnonzero(~keep).tolist()
@@ -291,8 +301,7 @@ class Metrics:
                                         [records[i] for i in late], batch.thread_names),
                                   rounds + 1))
         if extras:
-            skip = [i for i, r in enumerate(records) if r[7] is not None and not _is_block(r[7])]
-            keep[skip] = False
+            keep[[i for i in extras if not _is_block(records[i][7])]] = False
         if keep.all():
             positions = None
         else:
@@ -344,7 +353,7 @@ class Metrics:
             if not records:
                 continue
             n = len(records)
-            extras = any(map(_EXTRA, records))
+            extras = metrics_paths.extra_at(records)
             mine = batch.resource.get(semconv.PROCESS_PID) == pid and self.local is not None
             if mine and by_name is None and self.local is not None:
                 by_name = metrics_paths.unique_paths(self.local(), self.paths)
@@ -355,7 +364,8 @@ class Metrics:
                          - np.fromiter(map(_START, records), np.int64, n))
             positions = np.arange(n)
             if extras:
-                keep = np.array([_is_block(r[7]) for r in records], bool)
+                keep = np.ones(n, bool)
+                keep[[i for i in extras if not _is_block(records[i][7])]] = False
                 codes, durations, positions = codes[keep], durations[keep], positions[keep]
             role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
             index = _index(batch.resource)

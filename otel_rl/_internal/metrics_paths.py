@@ -21,13 +21,14 @@ is counted under `OTHER` (one warning).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 from otel_rl._internal import semconv
 from otel_rl._internal.shapes import OpenBlockInfo
 
-__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable",
+__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "extra_at",
            "tree_totals", "unique_paths"]
 
 #: Distinct block paths kept as their own series (per exporting process); more go to `OTHER`.
@@ -99,6 +100,14 @@ def _is_kind(extra: Any) -> bool:
         return False
     attrs = extra.get("attrs")
     return bool(attrs) and semconv.KIND in attrs
+
+
+def extra_at(records: Sequence[Any]) -> list[int]:
+    """Positions of the records that carry an extra (attributes, links: few), in one pass at
+    C speed (an extra is a non-empty dict or None)."""
+    if not any(map(_EXTRA, records)):  # the common case, at half the cost
+        return []
+    return list(compress(range(len(records)), map(_EXTRA, records)))
 
 
 class PathResolver:
@@ -185,38 +194,65 @@ class PathResolver:
 
     # -- one batch -------------------------------------------------------------------------------
     def resolve(self, np: Any, pid: int, records: Any, last_chance: bool,
-                extras: bool = True, threads: Mapping[int, str] | None = None,
-                by_name: Mapping[str, int] | None = None) -> Any:
+                extras: Sequence[int] | None = None, threads: Mapping[int, str] | None = None,
+                by_name: Mapping[str, int] | None = None, columns: Any = None) -> Any:
         """Path codes of `records` (-1: parent not known yet; with `last_chance`, those count
-        as top-level). `extras`: whether any record has one; `threads`: the batch's thread
-        names (one thread: its records need no thread id column); `by_name`: the path of
-        each block name that has one path only (`unique_paths`), -1 for others."""
+        as top-level). `extras`: the positions of the records that have one (`extra_at`;
+        None: look); `threads`: the batch's thread names (one thread: its records need no
+        thread id column); `by_name`: the path of each block name that has one path only
+        (`unique_paths`), -1 for others; `columns`: the records as `Columns` (a relayed
+        batch: no step per record)."""
         n = len(records)
-        if by_name is not None and not extras:
-            # The common case, at one column's cost: every name has one path.
+        if extras is None:
+            extras = extra_at(records)
+        kinds = [i for i in extras if _is_kind(records[i][7])]
+        name_ids = self.table.name_ids
+        sub: Any = None  # the positions to place by parent ids (None: all)
+        if by_name is not None:
+            # The common case, at one column's cost: every block's name has one path (the
+            # run, window and aggregate spans of the batch are no block's parent here).
             codes = np.fromiter(map(by_name.__getitem__, map(_NAME, records)), np.int64, n)
-            if (codes >= 0).all():
+            codes[kinds] = ROOT
+            sub = np.flatnonzero(codes < 0)
+            if not len(sub):
                 return codes
-        sids = np.fromiter(map(_SID, records), np.uint64, n)
-        psids = np.fromiter(map(_PSID, records), np.uint64, n)
-        single = next(iter(threads)) if threads is not None and len(threads) == 1 else None
-        if isinstance(single, int) and single >= 0:
-            tids = np.full(n, single, np.uint64)
+            if 4 * len(sub) > n:
+                sub = None  # many names at several paths: place every record
+        if sub is None:
+            codes = np.full(n, -1, np.int64)
+            codes[kinds] = ROOT
+        if columns is not None:
+            sids = np.frombuffer(columns.sids, np.uint64)
+            psids = np.frombuffer(columns.psids, np.uint64)
+            tids = np.frombuffer(columns.tids, np.uint64)
+            name_codes = np.array([name_ids[name] for name in columns.names] or [0],
+                                  np.int64)[np.frombuffer(columns.name_idx, np.uint32)]
         else:
-            tids = np.fromiter(map(_TID, records), np.uint64, n)
-        name_codes = np.fromiter(map(self.table.name_ids.__getitem__, map(_NAME, records)),
-                                 np.int64, n)
-        name_list = self.table.name_ids.names
+            sids = np.fromiter(map(_SID, records), np.uint64, n)
+            single = next(iter(threads)) if threads is not None and len(threads) == 1 else None
+            if isinstance(single, int) and single >= 0:
+                tids = np.full(n, single, np.uint64)
+            else:
+                tids = np.fromiter(map(_TID, records), np.uint64, n)
+            # Parent ids and names only of the records to place (a few names at several
+            # paths among names at one: the others have their code by name already).
+            chosen = records if sub is None else [records[i] for i in sub.tolist()]
+            psids = np.fromiter(map(_PSID, chosen), np.uint64, len(chosen))
+            name_codes = np.fromiter(map(name_ids.__getitem__, map(_NAME, chosen)), np.int64,
+                                     len(chosen))
+        if sub is None:
+            sub = np.arange(n)
+        elif len(psids) == n:  # columns: take the records to place
+            psids, name_codes = psids[sub], name_codes[sub]
+        name_list = name_ids.names
         width = len(name_list)
         index = _Index(np, sids)
+        # Below, per record to place (`sub`): its parent's position and placement.
         inside, parent = index.find_all(psids)
-        same = inside & (tids[parent] == tids)
-        codes = np.full(n, -1, np.int64)
-        parent_codes = np.full(n, -1, np.int64)
+        mine = tids[sub]
+        same = inside & (tids[parent] == mine)
+        parent_codes = np.full(len(sub), -1, np.int64)
         parent_codes[inside & ~same] = ROOT  # a parent in another thread: a top-level block
-        if extras:
-            kinds = [i for i, r in enumerate(records) if _is_kind(r[7])]
-            codes[kinds] = ROOT
         outside = np.flatnonzero(~inside)
         if len(outside):
             unique, back = np.unique(psids[outside], return_inverse=True)
@@ -225,36 +261,48 @@ class PathResolver:
             utids = np.array([0 if t is None else t for _, t in found], np.uint64)
             rooted = np.array([t is None for _, t in found], bool)
             # A parent in another thread: a top-level block of this thread.
-            other = ~rooted[back] & (utids[back] != tids[outside])
+            other = ~rooted[back] & (utids[back] != mine[outside])
             parent_codes[outside] = np.where(other, ROOT, ucodes[back])
 
         def settle() -> None:
             """Codes for every record whose parent's code is known, outermost first (one
             pass per nesting level, over the records still without a code)."""
             child = self.table.child
-            todo = np.flatnonzero(codes < 0)
+            todo = np.flatnonzero(codes[sub] < 0)
             while len(todo):
                 known = np.where(same[todo], codes[parent[todo]], parent_codes[todo])
                 ready = known >= 0
                 if not ready.any():
                     return
                 at = todo[ready]
-                keys, back = np.unique(known[ready] * width + name_codes[at],
-                                       return_inverse=True)
-                made = np.array([child(k // width, name_list[k % width])
-                                 for k in keys.tolist()], np.int64)
-                codes[at] = made[back.reshape(-1)]
+                pairs = known[ready] * width + name_codes[at]
+                codes[sub[at]] = _distinct_map(np, pairs, lambda k: child(k // width,
+                                                                           name_list[k % width]))
                 todo = todo[~ready]
 
         settle()
         if last_chance:
-            waiting = (codes < 0) & ~same  # their parent never showed: top-level
+            waiting = (codes[sub] < 0) & ~same  # their parent never showed: top-level
             if waiting.any():
                 self.unplaced += int(waiting.sum())
                 parent_codes[waiting] = ROOT
                 settle()
         self._recent.append((pid, index, codes, tids))
         return codes
+
+
+def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
+    """`make` of each of `keys` (non-negative ints), called once per distinct key: through a
+    table when the keys span a small range (no sort), else `np.unique`."""
+    top = int(keys.max()) + 1
+    if top <= 4 * len(keys) + 65_536:
+        distinct = np.flatnonzero(np.bincount(keys, minlength=top))
+        table = np.zeros(top, np.int64)
+        table[distinct] = [make(k) for k in distinct.tolist()]
+        return table[keys]
+    distinct, back = np.unique(keys, return_inverse=True)
+    made = np.array([make(k) for k in distinct.tolist()], np.int64)
+    return made[back.reshape(-1)]
 
 
 class _Index:

@@ -22,7 +22,7 @@ from typing import Any
 from otel_rl._internal import jsonout, log
 from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
-from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.otlp.records import Batch, Columns
 from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
@@ -94,7 +94,9 @@ def decode_columns(body: bytes) -> Batch:
     records = list(zip(sids, psids, [names[i] for i in name_idx], starts, ends, tids,
                        [traces[i] for i in trace_idx], extras, strict=True))
     return Batch(header["resource"], int(header["offset_ns"]), records,
-                 {int(k): v for k, v in header["threads"].items()})
+                 {int(k): v for k, v in header["threads"].items()},
+                 Columns(sids, psids, name_idx, names, starts, ends, tids,
+                         sorted(int(i) for i, e in header["extras"].items() if e)))
 
 
 def _socket_name(address: str) -> str:
