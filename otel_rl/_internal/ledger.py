@@ -119,10 +119,9 @@ class Ledger:
         worker's batches its parent died before reading): lost for `reason`."""
         with self._lock:
             account = self._account(name)
-            n = min(n, account.delivered)
             if n <= 0 or account.closed:
                 return
-            account.delivered -= n
+            account.delivered -= n  # (a send under way may report its delivery just after)
             account.lost[reason] = account.lost.get(reason, 0) + n
             account.detail[reason] = detail
 

@@ -406,7 +406,12 @@ def _relay_gap(rt: Runtime) -> None:
     received = mainledger.received_from(rt.run_id, parent, os.getpid())
     if received is None:
         return
-    sent = int(rt.stats.ledger.totals().get("relay", {}).get("delivered", 0))  # type: ignore[call-overload]
+    from otel_rl._internal.relay import RelayClient
+
+    client = next((q.sink for q in rt.pipeline.queues if isinstance(q.sink, RelayClient)), None)
+    if client is None:
+        return
+    sent = client.records_sent()
     if sent > received:
         rt.stats.ledger.recall("relay", sent - received, mainledger.KILLED_MAIN,
                                f"relay: {sent - received} span(s) sent to the parent process "

@@ -285,16 +285,25 @@ class RelayClient(Sink):
         self._sock.connect(_socket_name(address))
         self._lock = threading.Lock()
         self._broken = False
+        #: Records written whole into the connection (see `records_sent`).
+        self._sent = 0
         #: Called (once) when the parent is gone, and then with each batch the relay could
         #: not take, so the worker can write them itself (`ledger_hooks.orphaned`).
         self.on_broken: Callable[[Sequence[Batch]], None] | None = None
 
-    def _send(self, frame: bytes) -> bool:
+    def records_sent(self) -> int:
+        """Records written whole into the connection so far (counted with the write, under
+        its lock: an orphan compares it with what its dead parent had read)."""
+        with self._lock:
+            return self._sent
+
+    def _send(self, frame: bytes, records: int = 0) -> bool:
         if self._broken:
             return False
         with self._lock:
             try:
                 self._sock.sendall(frame)
+                self._sent += records
                 return True
             except OSError as exc:
                 self._broken = True
@@ -306,7 +315,7 @@ class RelayClient(Sink):
         for batch in batches:
             if not batch.records:
                 continue
-            if self._send(encode_columns(batch)):
+            if self._send(encode_columns(batch), len(batch.records)):
                 self._stats.add_exported(self.name, len(batch.records))
                 continue
             fallback = self.on_broken
