@@ -12,6 +12,9 @@ are interleaved: every round runs each once, in a shuffled order.
    process's CPU time (steadier on a shared machine). ``off``: Ray's own methods
    (otel_rl's submit patches taken out); ``on``: patched, each call carrying the caller's
    context. Reported: µs per call (median of rounds) and the ratio on/off.
+   Also the spread of the per-round ratios (each round's on/off pair), and otel_rl's own part
+   alone, the steadiest figure on a loaded machine: the submit wrapper around a no-op
+   stand-in for Ray's ``_remote`` minus the stand-in called directly (CPU µs per call).
 2. Per-block cost in a worker: 20,000 empty 1-deep ``with timer("step")`` blocks, CPU time
    (``time.process_time``) per block, in a Ray actor of the run and in a ``fork``ed
    ``multiprocessing`` worker of the same run. Reported: µs per block and the ratio.
@@ -132,6 +135,7 @@ def main() -> int:
                     results[f"{step} {'on' if on else 'off'}"].append(wall)
                     results[f"{step} {'on' if on else 'off'} cpu"].append(cpu)
                 use(True)
+        own = _own_part(rounds, actor)
     ray.shutdown()
     otel_rl.shutdown()
     med = {k: statistics.median(v) * 1e6 for k, v in results.items()}
@@ -148,13 +152,67 @@ def main() -> int:
                           ("CPU per timed block, worker", "block fork", "block ray")):
         lines.append(f"| {name} | {med[off]:.1f} | {med[on]:.1f} | {med[on] / med[off]:.3f}x "
                      f"| {med[on] - med[off]:+.1f} |")
+    lines.append("")
+    lines.append("| per-round ratio on/off | median | min | max |")
+    lines.append("|---|---|---|---|")
+    spreads: dict[str, list[float]] = {}
+    for step in ("task", "arg", "actor"):
+        for kind in ("", " cpu"):
+            ratios = [on / off for on, off in zip(results[f"{step} on{kind}"],
+                                                  results[f"{step} off{kind}"], strict=True)]
+            spreads[f"{step}{kind}"] = ratios
+            lines.append(f"| {step}{kind or ' wall'} | {statistics.median(ratios):.3f} | "
+                         f"{min(ratios):.3f} | {max(ratios):.3f} |")
+    lines.append("")
+    lines.append("| otel_rl's own part per call (CPU) | median (µs) | min | max |")
+    lines.append("|---|---|---|---|")
+    for name, values in own.items():
+        lines.append(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
+                     f"{max(values):.2f} |")
     print(f"rounds={rounds} calls/round={calls} blocks={BLOCKS} python={sys.version.split()[0]} "
           f"ray={ray.__version__}")
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"medians_us": med, "samples": results}, f, indent=2)
+            json.dump({"medians_us": med, "samples": results, "round_ratios": spreads,
+                       "own_part_us": own}, f, indent=2)
     return 0
+
+
+def _own_part(rounds: int, actor: Any) -> dict[str, list[float]]:
+    """CPU µs per call of otel_rl's submit wrapper alone (task and actor method): around a
+    no-op stand-in for Ray's ``_remote``, minus the stand-in itself; interleaved rounds."""
+    from otel_rl._internal.ray_support import calls as ray_calls
+
+    def stand_in(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
+                 **options: Any) -> None:
+        return None
+
+    saved = dict(ray_calls._original)
+    ray_calls._original.update(task=stand_in, method=stand_in)
+    try:
+        wrapped = {"task": (ray_calls._submit_wrapper("task"), noop),
+                   "actor method": (ray_calls._submit_wrapper("method"), actor.noop)}
+    finally:
+        ray_calls._original.clear()
+        ray_calls._original.update(saved)
+    n = 20_000
+
+    def per_call(function: Any, target: Any) -> float:
+        start = time.process_time()
+        for _ in range(n):
+            function(target, None, None)
+        return (time.process_time() - start) / n * 1e6
+
+    own: dict[str, list[float]] = {name: [] for name in wrapped}
+    for _ in range(rounds):
+        for name in random.sample(list(wrapped), len(wrapped)):
+            function, target = wrapped[name]
+            pair = [(False, stand_in), (True, function)]
+            random.shuffle(pair)
+            timing = {is_wrapped: per_call(f, target) for is_wrapped, f in pair}
+            own[name].append(timing[True] - timing[False])
+    return own
 
 
 def _owners() -> dict[str, Any]:

@@ -57,11 +57,12 @@ assert google.protobuf.__version__ == '3.20.3' and numpy.__version__ == '1.23.5'
 
 build_ray() {
     # RLlib 2.60 wants gymnasium 1.x, Sample Factory gymnasium<1.0: each framework its own venv.
-    pip_in "$1" "ray[rllib]==$RAY" "torch==$TORCH"
+    # ray[client] (grpcio) for Ray Client: a driver connecting with ray.init("ray://...").
+    pip_in "$1" "ray[rllib,client]==$RAY" "torch==$TORCH"
 }
 
 check_ray() {
-    "$1/bin/python" -W ignore -c "import torch, ray, ray.rllib.algorithms.ppo" 2>/dev/null
+    "$1/bin/python" -W ignore -c "import torch, grpc, ray, ray.rllib.algorithms.ppo" 2>/dev/null
 }
 
 build_otel_oldest() {
@@ -106,7 +107,7 @@ for target in "${targets[@]}"; do
     case "$target" in
         sf) ensure sf "sf-$SF-torch-$TORCH-py$PYVER" ;;
         mlagents) ensure mlagents "mlagents-$MLAGENTS-torch-$TORCH-py$PYVER" ;;
-        ray) ensure ray "ray-$RAY-torch-$TORCH-py$PYVER" ;;
+        ray) ensure ray "ray-$RAY-client-torch-$TORCH-py$PYVER" ;;
         otel-oldest) ensure otel_oldest "otel-$OTEL_OLDEST-protobuf-$PROTOBUF_OLDEST-py$PYVER" ;;
         otel-newest) ensure otel_newest "otel-$OTEL_NEWEST-protobuf-$PROTOBUF_NEWEST-py$PYVER" ;;
         *) echo "setup-frameworks: unknown target '$target' (sf, mlagents, ray, otel-oldest, otel-newest)" >&2

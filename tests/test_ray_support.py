@@ -67,3 +67,32 @@ def test_no_carrier_while_otel_rl_does_not_propagate() -> None:
     assert calls.carrier_text() is None
     with capture_spans(propagate=False):
         assert calls.carrier_text() is None
+
+
+def test_ray_client_calls_join_with_their_own_runtime_env_kept() -> None:
+    """A Ray Client call's runtime_env: the run's setup-hook variable, merged into the call's
+    own (never changing the call's or the run's dicts); none for a call with a hook of its
+    own (its worker cannot run ours)."""
+    from otel_rl._internal.ray_support import client
+
+    class Stub:
+        _options = {"runtime_env": {"env_vars": {"FROM_DECORATOR": "1"}}}
+
+    class Bare:
+        _options = None
+
+    late = {"env_vars": {"RAY_HOOK": "ray_runtime_env_func::abc"}}
+    alone = client._joining_env({}, Bare(), late)
+    assert alone == late and alone is not late and alone["env_vars"] is not late["env_vars"]
+    own = {"env_vars": {"PYTHONPATH": "/x"}, "pip": ["a"]}
+    merged = client._joining_env({"runtime_env": own}, Bare(), late)
+    assert merged == {"env_vars": {"PYTHONPATH": "/x", "RAY_HOOK": "ray_runtime_env_func::abc"},
+                      "pip": ["a"]}
+    assert own == {"env_vars": {"PYTHONPATH": "/x"}, "pip": ["a"]}  # the program's untouched
+    assert client._joining_env({}, Stub(), late) == {
+        "env_vars": {"FROM_DECORATOR": "1", "RAY_HOOK": "ray_runtime_env_func::abc"}}
+    assert client._joining_env({"runtime_env": {"worker_process_setup_hook": "m.f"}},
+                               Bare(), late) is None
+    assert client._joining_env({"runtime_env": {"env_vars": {"RAY_HOOK": "theirs"}}},
+                               Bare(), late) is None
+    assert late == {"env_vars": {"RAY_HOOK": "ray_runtime_env_func::abc"}}

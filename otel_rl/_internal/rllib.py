@@ -41,7 +41,7 @@ _TIMERS = "timers"
 #: Attribute set on a stats object by the patched `log_time`: the block's name.
 _NAME = "_otel_rl_block"
 
-_open = threading.local()  # .blocks: this thread's open blocks (id of stats, timer), innermost last
+_open = threading.local()  # .blocks: this thread's open blocks (stats, timer), innermost last
 _failed: set[str] = set()
 
 
@@ -73,17 +73,22 @@ def _fail(where: str, exc: BaseException) -> None:
 
 
 def _patched_log_time(original: Callable[..., Any]) -> Callable[..., Any]:
+    # `log_time(key, *, ...)`: keyword arguments only after the key (no *args to pack).
     @functools.wraps(original)
-    def log_time(self: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
-        stats = original(self, key, *args, **kwargs)
+    def log_time(self: Any, key: Any, **kwargs: Any) -> Any:
+        stats = original(self, key, **kwargs)
         try:
-            if _NAME not in stats.__dict__:
-                stats.__dict__[_NAME] = block_name(key)
+            names = stats.__dict__
+            if _NAME not in names:
+                names[_NAME] = block_name(key)
         except Exception as exc:
             _fail("timer name", exc)
         return stats
     return log_time
 
+
+# Per block, the glue below runs on RLlib's hottest path (thousands of connector timers per
+# iteration in each env runner): no helper calls on the common path, one tuple per block.
 
 def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
     from otel_rl.timers import hierarchical_timer
@@ -98,9 +103,9 @@ def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
                 timer = hierarchical_timer(name)
                 timer.__enter__()
                 try:
-                    local.blocks.append((id(self), timer))
+                    local.blocks.append((self, timer))
                 except AttributeError:
-                    local.blocks = [(id(self), timer)]
+                    local.blocks = [(self, timer)]
             except Exception as exc:
                 _fail("timer start", exc)
         return original(self)
@@ -108,20 +113,23 @@ def _patched_enter(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: Marks a block whose stats object was exited while a block opened inside it was still open.
-_ENDED = -1
+_ENDED = object()
 
 
-def _end(owner: int, blocks: list[tuple[int, Any]], exc_info: tuple[Any, Any, Any]) -> None:
-    if blocks[-1][0] != owner:
+def _end(owner: object, blocks: list[tuple[object, Any]],
+         exc_info: tuple[Any, Any, Any]) -> None:
+    """`owner`'s block ends (the uncommon cases: `owner` is not the innermost open block, or
+    blocks whose stats objects ended early wait under it)."""
+    if blocks[-1][0] is not owner:
         # Exited by hand before a block opened inside it (connector pipelines enter and exit
         # stats objects themselves): it ends when that inner block ends, so blocks still nest.
         for i in range(len(blocks) - 1, -1, -1):
-            if blocks[i][0] == owner:
+            if blocks[i][0] is owner:
                 blocks[i] = (_ENDED, blocks[i][1])
                 return
         return
     blocks.pop()[1].__exit__(*exc_info)
-    while blocks and blocks[-1][0] == _ENDED:
+    while blocks and blocks[-1][0] is _ENDED:
         blocks.pop()[1].__exit__(*exc_info)
 
 
@@ -133,12 +141,19 @@ def _patched_exit(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return original(self, exc_type, exc_value, tb)
         finally:
-            blocks = getattr(local, "blocks", None)
-            if blocks:
-                try:
-                    _end(id(self), blocks, (exc_type, exc_value, tb))
-                except Exception as exc:
-                    _fail("timer end", exc)
+            try:
+                blocks = local.blocks
+                if blocks:
+                    last = blocks[-1]
+                    if last[0] is self and (len(blocks) == 1 or blocks[-2][0] is not _ENDED):
+                        blocks.pop()
+                        last[1].__exit__(exc_type, exc_value, tb)
+                    else:
+                        _end(self, blocks, (exc_type, exc_value, tb))
+            except AttributeError:
+                pass  # nothing timed on this thread yet
+            except Exception as exc:
+                _fail("timer end", exc)
     return __exit__
 
 

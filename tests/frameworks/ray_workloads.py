@@ -97,7 +97,16 @@ def calls(out: str, address: str | None) -> None:
     """Every kind of call, each from its own block; the issue's scenario (2 actors x 3 calls x
     20 blocks, a task called 3 times) included. The program has a setup hook of its own."""
     env = {"worker_process_setup_hook": users_own_hook}
-    if address:
+    if address and address.startswith("ray://"):
+        # Ray Client (the server runs ray.init with the job's settings; it runs no setup
+        # hook of the program's): a runtime_env of the program's own, merged with the run's.
+        ray.init(address, runtime_env={"env_vars": {"USERS_OWN_HOOK": "ran"}},
+                 log_to_driver=RAY_INIT["log_to_driver"])
+        if os.environ.get("OTEL_RL_CONFIGURE"):  # no `otel-rl run`: configured in code
+            import otel_rl
+
+            otel_rl.configure(spans="all", output_dir=os.environ["OTEL_RL_CONFIGURE"])
+    elif address:
         ray.init(address=address, runtime_env=env, **RAY_INIT)
     else:
         ray.init(num_cpus=2, runtime_env=env, **RAY_INIT)
@@ -156,6 +165,10 @@ def calls(out: str, address: str | None) -> None:
     facts["threads"] = len(set(idents))
     facts["waited"] = len(got)
     ray.shutdown()
+    if os.environ.get("OTEL_RL_CONFIGURE"):
+        import otel_rl
+
+        otel_rl.shutdown()
     result(**facts)
 
 

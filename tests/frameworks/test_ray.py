@@ -6,12 +6,14 @@ outputs: the whole-run timers.json, the spans file and what ``otel-rl tree`` reb
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,20 +156,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) -> None:
-    """`ray start --head` first, in an environment with nothing of otel_rl; then the driver
-    under ``otel-rl run`` connects with ``ray.init(address=...)``: raylet never saw the
-    driver's environment, and the workers still join and carry context."""
+@contextlib.contextmanager
+def _head(venv: Venv, tmp: Path, *extra: str) -> Iterator[int]:
+    """A cluster started by ``ray start --head`` in an environment with nothing of otel_rl
+    (raylet never sees a driver's environment), stopped after; its GCS port."""
     port = _free_port()
-    address = f"127.0.0.1:{port}"
     temp = Path("/tmp") / f"ray-otel-{os.getpid()}-{port}"  # short: Unix socket paths
     # --block: the command stays in front and takes the cluster down when it is stopped; in
     # a session of its own, so that only what this test started is ended.
     head = subprocess.Popen(
-        [str(ray_venv.bin / "ray"), "start", "--head", "--block", f"--port={port}",
+        [str(venv.bin / "ray"), "start", "--head", "--block", f"--port={port}",
          "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp}",
-         "--disable-usage-stats"],
-        cwd=tmp_path, env=ray_venv.env(RAY_AUTH_MODE="disabled"), stdin=subprocess.DEVNULL,
+         "--disable-usage-stats", *extra],
+        cwd=tmp, env=venv.env(RAY_AUTH_MODE="disabled"), stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         for _ in range(600):  # until the head answers (up to a minute)
@@ -176,11 +177,55 @@ def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) ->
                     break
             assert head.poll() is None, "ray start --head exited"
             time.sleep(0.1)
-        done, out = _run(ray_venv, tmp_path, "calls", address, RAY_AUTH_MODE="disabled")
-        assert _result(done)["hook"] == "ran"
-        _check_calls_tree(load(out / "timers.json"))
+        yield port
     finally:
         _stop_group(head)
+
+
+def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) -> None:
+    """`ray start --head` first, in an environment with nothing of otel_rl; then the driver
+    under ``otel-rl run`` connects with ``ray.init(address=...)``: raylet never saw the
+    driver's environment, and the workers still join and carry context."""
+    with _head(ray_venv, tmp_path) as port:
+        done, out = _run(ray_venv, tmp_path, "calls", f"127.0.0.1:{port}",
+                         RAY_AUTH_MODE="disabled")
+        assert _result(done)["hook"] == "ran"
+        _check_calls_tree(load(out / "timers.json"))
+
+
+@pytest.mark.parametrize("zero_code", [True, False], ids=["otel-rl-run", "configure"])
+def test_ray_client_driver_carries_context(ray_venv: Venv, tmp_path: Path,
+                                           zero_code: bool) -> None:
+    """Ray Client: ``ray.init("ray://127.0.0.1:PORT")`` to a ``ray start --head
+    --ray-client-server-port`` cluster. Every call is made by Ray's client server, not by the
+    driver's process; they still carry the caller's block (tasks, actor creations, sync,
+    async and threaded actors, nested tasks, ray.wait from another thread), the workers join
+    the run with their roles, the spans rebuild the same tree, and the program's own
+    runtime_env and task names are kept, and a worker without otel_rl still runs its call.
+    Zero code under ``otel-rl run``, and with
+    ``otel_rl.configure()`` in the program (``OTEL_RL_CONFIGURE=1``)."""
+    client_port = _free_port()
+    with _head(ray_venv, tmp_path, f"--ray-client-server-port={client_port}"):
+        # The client server takes connections once the head is up; the driver retries.
+        extra = {} if zero_code else {"OTEL_RL_CONFIGURE": str(tmp_path / "out")}
+        done, out = _run(ray_venv, tmp_path, "calls", f"ray://127.0.0.1:{client_port}",
+                         zero_code=zero_code, RAY_AUTH_MODE="disabled",
+                         SHADOW_OTEL_RL=str(_shadow(tmp_path)), **extra)
+        facts = _result(done)
+    assert facts["hook"] == "ran"  # the program's runtime_env env_vars reach its tasks
+    # A task with a runtime_env of its own, on a worker where otel_rl cannot be imported:
+    # it runs, its keyword argument intact, and its task name is the program's.
+    assert facts["plain"] == 5 and facts["plain_name"] == "task_name"
+    assert facts["names"] == ["task_name", "mine"]
+    assert facts["threads"] == 2 and facts["waited"] == 1
+    tree = load(out / "timers.json")
+    _check_calls_tree(tree)
+    roles = {w["role"] for w in tree["workers"]}
+    assert roles == {"AsyncSim", "Sim", "Threaded", "ray_task"}
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+    spans = list(span_lines(out / "spans.otlp.jsonl"))
+    assert sum(s["name"] == "env_step" for s in spans) == 127
+    assert "Traceback" not in done.stderr
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:

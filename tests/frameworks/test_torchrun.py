@@ -5,8 +5,11 @@ gives back one tree holding both nodes' ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -79,6 +82,25 @@ def _tree_from_jaeger(venv: Venv, url: str, run_id: str, cwd: Path) -> dict[str,
         time.sleep(0.5)
 
 
+#: Steps per rank in the two-node test (few: its time goes to starting torch six times).
+TWO_NODE_STEPS = 2
+#: Seconds torchrun's rendezvous may take in the two-node test (``join_timeout``).
+RDZV_TIMEOUT = 420
+
+
+def _communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """`proc`'s output; past `timeout`, it and its children (its session) are killed and
+    their output so far is shown."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+        raise AssertionError(f"torchrun node still running after {timeout:g} s:\n"
+                             + (stdout + stderr)[-3000:]) from None
+
+
 @pytest.mark.jaeger
 @pytest.mark.parametrize("node_rank", ["given", "from_the_rendezvous"])
 def test_two_torchrun_nodes_are_one_run_in_jaeger(torch_venv: Venv, jaeger: Any,
@@ -92,18 +114,24 @@ def test_two_torchrun_nodes_are_one_run_in_jaeger(torch_venv: Venv, jaeger: Any,
     procs = []
     for node in (0, 1):
         # Nothing shared between the nodes but torchrun's arguments: own output folder each.
+        # Robust under a loaded machine (six processes importing torch on two cores): node 0
+        # hosts the rendezvous store, node 1 waits for it up to read_timeout; the rendezvous
+        # may take up to join_timeout, below this test's own limit, so a rendezvous that
+        # fails says so in torchrun's output instead of being cut off.
+        conf = f"is_host={1 - node},join_timeout={RDZV_TIMEOUT},read_timeout=300"
         command = [str(torch_venv.bin / "otel-rl"), "run", "--spans", "all",
                    "--output", str(root / f"node{node}"), "--",
                    "torchrun", "--nnodes", "2",
                    *(["--node-rank", str(node)] if node_rank == "given" else []),
                    "--nproc-per-node", "2",
                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
-                   "--rdzv-id", job, "torchrun_train.py", str(STEPS)]
+                   "--rdzv-conf", conf,
+                   "--rdzv-id", job, "torchrun_train.py", str(TWO_NODE_STEPS)]
         env = torch_venv.env(OTEL_RL_ENDPOINT=jaeger.otlp_http_endpoint)
         procs.append(subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True,
-                                      stdin=subprocess.DEVNULL))
-    outputs = [proc.communicate(timeout=300) for proc in procs]
+                                      stdin=subprocess.DEVNULL, start_new_session=True))
+    outputs = [_communicate(proc, RDZV_TIMEOUT + 120) for proc in procs]
     for proc, (stdout, stderr) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, (stdout + stderr)[-3000:]
     assert sum(stdout.count(" of 4 ") for stdout, _ in outputs) == 4
@@ -124,7 +152,7 @@ def test_two_torchrun_nodes_are_one_run_in_jaeger(torch_venv: Venv, jaeger: Any,
     assert sorted((w["role"], w["index"]) for w in tree["workers"]) == \
         [("rank", 0), ("rank", 1), ("rank", 2), ("rank", 3)]
     assert node_at(tree, "train")["count"] == 4
-    assert node_at(tree, "train", "step", "all_reduce")["count"] == 4 * STEPS
+    assert node_at(tree, "train", "step", "all_reduce")["count"] == 4 * TWO_NODE_STEPS
     # In the run trace, node 1's process span hangs under node 0's run span.
     trace = jaeger.get_trace(f"{run_trace_id(run_id):032x}")
     spans = spans_of(trace)

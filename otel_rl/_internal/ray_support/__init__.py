@@ -8,6 +8,8 @@ Modules (imports point down this list, never back up):
 - `driver`: the run's side in the driver: the job's setup hook, the collector actor, the
   `driver.Ledger` of deliveries and losses.
 - `worker`: a Ray worker process joining the run, its role.
+- `client`: a driver on Ray Client (``ray://``): its one submission point, the setup hook
+  stored through the client.
 - `calls`: the per-call carrier, its submit side and its execute side.
 - `sink`: a worker's delivery to the driver through Ray.
 - `_shim`: what Ray ships to workers by value (works where otel_rl is not installed).

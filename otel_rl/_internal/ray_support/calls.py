@@ -24,6 +24,7 @@ tasks``) list such calls under the longer name.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
@@ -37,6 +38,9 @@ from otel_rl._internal.runtime import Runtime
 KEY = "__otel_rl_ctx__"
 #: What separates the program's task name from the carrier in a call's task name.
 MARK = "\x1fotel_rl\x1f"
+#: The environment variable an actor created through Ray Client finds its creator's context
+#: in (`client.ENV`).
+CLIENT_ENV = "OTEL_RL_RAY_CALL"
 _SEP = "\x1f"
 _VERSION = "1"
 
@@ -102,7 +106,7 @@ class internal:
         _made.internal -= 1
 
 
-def _carrier_for_call() -> str | None:
+def carrier_for_call() -> str | None:
     made = _made.__dict__  # this thread's
     if made.get("internal"):
         return None  # otel_rl's own calls (`internal`)
@@ -112,6 +116,16 @@ def _carrier_for_call() -> str | None:
     if own:
         return None  # otel_rl's own threads deliver and collect
     try:
+        # The carrier made last on this thread, while the same block is open (the checks of
+        # `carrier_text`, without its lookups: a whole call costs Ray a few tens of µs).
+        cached = made.get("last")
+        if cached is not None:
+            st = recorder.thread_stack()
+            top = st.top
+            if cached[0] is top and cached[1] is st and cached[3] == top._sid:
+                rt = runtime.active()
+                if rt is not None and rt.settings.propagate:
+                    return cached[2]  # type: ignore[no-any-return]
         return carrier_text()
     except Exception:
         return None
@@ -141,7 +155,7 @@ def _method_name(target: Any) -> str:
     return f"{owner}.{target._method_name}" if owner else str(target._method_name)
 
 
-def _named(name: Any, value: str, target: Any, default: Callable[[Any], str]) -> Any:
+def task_name_with(name: Any, value: str, target: Any, default: Callable[[Any], str]) -> Any:
     if name is not None and not isinstance(name, str):
         return name  # not a name Ray takes: let Ray say so
     try:
@@ -161,10 +175,13 @@ _late_task_env: str | None = None
 joined = False
 
 
-def set_late_env(env: dict[str, Any] | None) -> None:
+def set_late_env(env: dict[str, Any] | None, on_client: bool = False) -> None:
     global late_env, _late_task_env
     if env is None:
         late_env = _late_task_env = None
+        return
+    if on_client:  # Ray Client: the server parses it (`client`)
+        late_env, _late_task_env = env, None
         return
     from ray._private.utils import get_runtime_env_info, parse_runtime_env_for_task_or_actor
 
@@ -180,8 +197,8 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     if name == "actor":
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
-            value = _carrier_for_call() if joined else None
-            if value is not None and not _cross_language(self) and not _client_mode():
+            value = carrier_for_call() if joined else None
+            if value is not None and not _cross_language(self) and not client_mode():
                 if late_env is not None:
                     if options.get("runtime_env"):  # its own: its worker may not join
                         return original(self, args, kwargs, *rest, **options)
@@ -190,16 +207,22 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
                 kwargs[KEY] = value.encode("utf-8")
             return original(self, args, kwargs, *rest, **options)
     else:
+        is_method = name == "method"
+
         def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
                     **options: Any) -> Any:
-            value = _carrier_for_call()
-            if value is not None and not _cross_language(self) and not _client_mode():
-                if rest and name == "method":  # ActorMethod._remote(args, kwargs, name, ...)
-                    rest = (_named(rest[0], value, self, default), *rest[1:])
+            value = carrier_for_call()
+            if value is not None and not client_mode():
+                if rest and is_method:  # ActorMethod._remote(args, kwargs, name, ...)
+                    named = _call_name(self, value, rest[0], is_method, default)
+                    if named is not None:
+                        rest = (named, *rest[1:])
                 else:
-                    options["name"] = _named(options.get("name"), value, self, default)
-                if (_late_task_env is not None and name == "task" and not rest
-                        and not options.get("serialized_runtime_env_info")):
+                    named = _call_name(self, value, options.get("name"), is_method, default)
+                    if named is not None:
+                        options["name"] = named
+                if (named is not None and _late_task_env is not None and not is_method
+                        and not rest and not options.get("serialized_runtime_env_info")):
                     options["serialized_runtime_env_info"] = _late_task_env
             return original(self, args, kwargs, *rest, **options)
 
@@ -207,6 +230,34 @@ def _submit_wrapper(name: str) -> Callable[..., Any]:
     _remote.__doc__ = original.__doc__
     _remote.__wrapped__ = original  # type: ignore[attr-defined]
     return _remote
+
+
+#: Where a remote function, or an actor handle (for its methods), keeps the task names its
+#: last calls were given: {method name or None: (carrier, given name, task name)}. A caller
+#: calls the same few targets from the same block over and over; the name is made once.
+_MEMO = "_otel_rl_names"
+
+
+def _call_name(target: Any, value: str, given: Any, is_method: bool,
+               default: Callable[[Any], str]) -> Any:
+    """The task name a call of `target` from the block `value` stands for is given (the
+    program's `given` name, or Ray's default, with the carrier); None: it carries none."""
+    try:
+        owner = target._actor if is_method else target
+        memo = owner.__dict__.get(_MEMO)
+        if memo is None:
+            memo = owner.__dict__[_MEMO] = {}
+        key = target._method_name if is_method else None
+    except Exception:
+        return None if _cross_language(target) else task_name_with(given, value, target, default)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is value and hit[1] == given:
+        return hit[2]
+    named = None if _cross_language(target) else task_name_with(given, value, target, default)
+    if len(memo) > 256:
+        memo.clear()
+    memo[key] = (value, given, named)
+    return named
 
 
 def _cross_language(target: Any) -> bool:
@@ -221,7 +272,7 @@ def _cross_language(target: Any) -> bool:
         return True
 
 
-def _client_mode() -> bool:
+def client_mode() -> bool:
     should_convert = _original.get("client_mode")
     if should_convert is None:
         return True
@@ -361,6 +412,8 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
                 handed = _carrier_in_task_name()
             except Exception:  # another Ray: the call runs as without otel_rl
                 handed = None
+            if handed is None and is_init:  # made from a Ray Client driver (`client.ENV`)
+                handed = os.environ.get(CLIENT_ENV)
         rt = runtime.active()
         base = (_base_of(rt, handed) if rt is not None and isinstance(handed, (bytes, str))
                 else None)

@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from otel_rl._internal import relay, semconv
-from otel_rl._internal.ray_support import _shim, calls
+from otel_rl._internal.ray_support import _shim, calls, client
 from otel_rl._internal.runtime import Runtime
 
 #: Bytes of pushed frames the collector holds between two drains before refusing more.
@@ -147,6 +147,8 @@ class Driver:
         user_hook = (job_env.get("env_vars") or {}).get(variable)
         ray.cloudpickle.register_pickle_by_value(_shim)
         hook = _shim.make_setup_hook(self.joining_carrier(), user_hook)
+        if client.connected():  # Ray Client: no local worker to export with
+            return client.export_setup_hook(hook)
         exported = export_setup_func_callable({}, hook, ray_worker.global_worker)
         return {"env_vars": {variable: exported["env_vars"][variable]}}
 
@@ -161,6 +163,8 @@ class Driver:
     def _create(self, collector: Any, context: Any) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if client.connected():  # the driver is outside the cluster: any node will do
+            return collector.options(name=self.name, lifetime=None).remote(COLLECTOR_CAP)
         return collector.options(
             name=self.name, lifetime=None,
             scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_rl._internal import log, runtime
-from otel_rl._internal.ray_support import _shim, calls
+from otel_rl._internal.ray_support import _shim, calls, client
 
 _installed = False
 _driver: Any = None  # driver.Driver of this process's Ray session, if it is the run's driver
@@ -65,14 +65,17 @@ def _join_running() -> None:
     stay outside it."""
     global _driver
     rt = runtime.active()
+    on_client = client.connected()
     if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
-            or _driver is not None or calls._client_mode()):
+            or _driver is not None or (calls.client_mode() and not on_client)):
         return
     from otel_rl._internal.ray_support.driver import Driver
 
     try:
         driver = Driver(rt)
-        calls.set_late_env(driver.late_runtime_env())
+        if on_client:  # Ray Client (``ray://``): its own submission point
+            client.patch_submit()
+        calls.set_late_env(driver.late_runtime_env(), on_client)
         driver.start_collector()
     except Exception as exc:
         calls.set_late_env(None)
@@ -92,9 +95,14 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.active()
         address = kwargs.get("address", args[0] if args else None)
         if (rt is None or rt.is_worker or rt.settings.disabled or not rt.settings.propagate
-                or ray.is_initialized() or kwargs.get("local_mode")
-                or (isinstance(address, str) and address.startswith("ray://"))):
+                or ray.is_initialized() or kwargs.get("local_mode")):
             return original(*args, **kwargs)
+        if _is_client_address(address):
+            # Ray Client: the job's runtime_env cannot take the hook (it goes as JSON); the
+            # run joins once connected, as after a late ``configure()``.
+            result = original(*args, **kwargs)
+            _join_running()
+            return result
         from otel_rl._internal.ray_support.driver import Driver
 
         driver = None
@@ -128,6 +136,16 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return init
+
+
+def _is_client_address(address: object) -> bool:
+    """Whether ``ray.init(address)`` connects through Ray Client (``ray://``, given or in
+    ``RAY_ADDRESS``)."""
+    import os
+
+    if address is None or address == "auto":
+        address = os.environ.get("RAY_ADDRESS")
+    return isinstance(address, str) and address.startswith("ray://")
 
 
 def _shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
