@@ -172,7 +172,7 @@ def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
             batch = Batch(resource, 0, records, {7: "MainThread"})
             if trees is None:
                 frame = relay.encode_columns(batch)
-                batch = relay.decode_columns(frame[relay._HEADER.size:])
+                batch = relay.decode_columns(frame[relay.FRAME_HEADER.size:])
             t0 = time.thread_time_ns()
             metrics.observe([batch], exemplars=False, final=True)
             if attempt:

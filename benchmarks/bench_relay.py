@@ -27,7 +27,7 @@ from otel_rl._internal.otlp.records import Batch
 
 #: The last revision before issue 19's work on the relay.
 BEFORE = "0c2e0b4"
-HEADER = 5  # relay._HEADER.size: (length, kind)
+HEADER = 5  # relay.FRAME_HEADER.size: (length, kind)
 
 
 def make_batches(count: int, size: int) -> list[Batch]:

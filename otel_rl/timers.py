@@ -34,9 +34,9 @@ from otel_rl._internal.recorder import (
     GaugeNode,
     TimerNode,
     TimerStack,
-    _thread_timer_stacks,
     hierarchical_timer,
     set_gpu_opt_in,
+    stack_of_thread,
     thread_stack,
     use_stack_lookup,
 )
@@ -100,7 +100,7 @@ def get_timer_stack_for_thread(t: threading.Thread) -> TimerStack | None:
     """The stack of thread `t`, or None if it has not timed anything (or has not started)."""
     if t.ident is None:
         return None
-    return _thread_timer_stacks.get(t.ident)
+    return stack_of_thread(t.ident)
 
 
 @overload

@@ -2,7 +2,9 @@
 source with `ast` — module-level imports and imports inside functions alike (an import that
 runs only when a function is called is still a dependency), and for what a module reaches, the
 packages Python imports first (``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``). ``if
-TYPE_CHECKING:`` blocks never run and are left out. No exception is allowed by name."""
+TYPE_CHECKING:`` blocks never run and are left out of what a module reaches, but not of the
+cycle check: a type-only cycle is still two modules that cannot be understood apart. No
+exception is allowed by name."""
 
 from __future__ import annotations
 
@@ -54,12 +56,15 @@ def _in_functions(tree: ast.Module) -> set[int]:
     return skip
 
 
-def _imported(path: Path, module: str, body_only: bool = False) -> set[str]:
+def _imported(path: Path, module: str, body_only: bool = False,
+              type_only: bool = False) -> set[str]:
     """Every name `module` imports (absolute), anywhere in it but under TYPE_CHECKING (with
-    `body_only`: only what running the module itself imports, not its functions)."""
+    `type_only`: there too; with `body_only`: only what running the module itself imports,
+    not its functions)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    skip = _never_run(tree) | (_in_functions(tree) if body_only else set())
+    skip = (set() if type_only else _never_run(tree)) | (
+        _in_functions(tree) if body_only else set())
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -80,12 +85,13 @@ def _imported(path: Path, module: str, body_only: bool = False) -> set[str]:
 BODY = " (body)"
 
 
-def module_graph(packages: bool = False) -> dict[str, set[str]]:
+def module_graph(packages: bool = False, type_only: bool = False) -> dict[str, set[str]]:
     """otel_rl module -> the otel_rl modules it imports. With `packages`, every module also
     reaches what running the packages that contain it imports (Python runs ``a/__init__``
     and ``a/b/__init__`` before ``a.b.c``), as nodes ``"a.b (body)"``: only their module-
     level imports, since importing a package calls none of its functions. (A package that
-    imports its own modules is no cycle, so the cycle check leaves these edges out.)"""
+    imports its own modules is no cycle, so the cycle check leaves these edges out.) With
+    `type_only`, imports under ``if TYPE_CHECKING:`` count too."""
     paths: dict[str, Path] = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -94,7 +100,8 @@ def module_graph(packages: bool = False) -> dict[str, set[str]]:
     def known(targets: set[str], name: str) -> set[str]:
         return {target for target in targets if target in paths and target != name}
 
-    graph = {name: known(_imported(path, name), name) for name, path in paths.items()}
+    graph = {name: known(_imported(path, name, type_only=type_only), name)
+             for name, path in paths.items()}
     if packages:
         for name in list(graph):
             parts = name.split(".")
@@ -176,7 +183,16 @@ def test_the_model_imports_no_reader_renderer_or_command() -> None:
 
 
 def test_otel_rl_modules_import_each_other_without_cycles() -> None:
-    assert _cycles(module_graph()) == []
+    # Type-only imports (``if TYPE_CHECKING:``) included: a protocol names what a module needs
+    # of one above it (`ledger_hooks.Runtime`) instead of importing it.
+    assert _cycles(module_graph(type_only=True)) == []
+
+
+def test_the_graph_sees_type_only_imports_when_asked() -> None:
+    # `otel_rl/__init__` imports its lazy re-exports only for type checkers.
+    name = "otel_rl"
+    assert INTERNAL + "readers" not in module_graph()[name]
+    assert INTERNAL + "readers" in module_graph(type_only=True)[name]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -200,3 +216,66 @@ def test_loading_the_whole_read_side_loads_no_hot_path_module() -> None:
     loaded = set(__import__("json").loads(out.stdout))
     assert set(read_side) <= loaded
     assert loaded & HOT_PATH == set()
+
+
+def _private_names(tree: ast.Module) -> set[str]:
+    """The private names a module defines: functions, classes, module globals, class
+    attributes, ``self._x`` attributes, ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Name):
+                        names.add(part.id)
+                    elif (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
+                          and part.value.id in ("self", "cls")):
+                        names.add(part.attr)
+            if any(isinstance(t, ast.Name) and t.id == "__slots__" for t in targets):
+                names.update(c.value for c in ast.walk(node.value)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def private_uses_across_modules() -> list[str]:
+    """Every ``x._name`` and ``from m import _name`` in an otel_rl module where ``_name`` is
+    private to another otel_rl module (defined there, not here). Privates of other packages
+    (``sys._getframe``, Ray's) and otel_rl's marks on foreign objects (``_otel_rl``) are not
+    otel_rl modules' privates; a module named ``_x`` is its package's own."""
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in PACKAGE.rglob("*.py")}
+    defined = {path: _private_names(tree) for path, tree in trees.items()}
+    everywhere = set().union(*defined.values())
+    found = []
+    for path, tree in sorted(trees.items()):
+        own = defined[path]
+        for node in ast.walk(tree):
+            used = []
+            if (isinstance(node, ast.Attribute) and node.attr in everywhere
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                used.append(node.attr)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("otel_rl"):
+                used += [alias.name for alias in node.names if alias.name in everywhere]
+            found += [f"{path.relative_to(PACKAGE)}:{node.lineno}: {name}"
+                      for name in used if name not in own]
+    return found
+
+
+#: Private names of other packages' objects that an otel_rl module also happens to define
+#: (the check cannot see an object's type): Ray Client's stubs' ``_name`` (`ray_support.client`)
+#: is not the recorder's ``_name`` slot.
+FOREIGN = {"_internal/ray_support/client.py": {"_name"}}
+
+
+def test_no_module_uses_another_modules_privates() -> None:
+    found = [use for use in private_uses_across_modules()
+             if use.rpartition(": ")[2] not in FOREIGN.get(use.partition(":")[0], set())]
+    assert found == []
+
+
+def test_the_private_use_check_sees_one() -> None:
+    # Its own data: names private to one module, as the other modules would see them.
+    tree = ast.parse("class A:\n    __slots__ = ('_x',)\n\n_g = 1\n\ndef _f():\n    pass\n")
+    assert _private_names(tree) == {"_x", "_g", "_f"}

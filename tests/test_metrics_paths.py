@@ -316,7 +316,7 @@ def test_a_relayed_batch_counts_from_its_columns_exactly_as_from_its_records() -
         for batch in (records, later):
             made = Batch(WORKER, 0, list(batch), {TID: "MainThread", TID + 1: "t"})
             if relayed:
-                made = relay.decode_columns(relay.encode_columns(made)[relay._HEADER.size:])
+                made = relay.decode_columns(relay.encode_columns(made)[relay.FRAME_HEADER.size:])
                 assert made.columns is not None
             metrics.observe([made], exemplars=True)
         return {k: (list(p.bucket_counts), p.sum, [(e.as_double, e.span_id) for e in p.exemplars])

@@ -13,7 +13,7 @@ import pytest
 
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.relay import (
-    _HEADER,
+    FRAME_HEADER,
     RelayClient,
     RelayServer,
     decode_columns,
@@ -31,7 +31,7 @@ RECORDS = [
 def test_columns_round_trip_exactly() -> None:
     batch = Batch({"service.name": "s", "process.pid": 7}, 123, RECORDS, {77: "Main", 78: "t"})
     frame = encode_columns(batch)
-    again = decode_columns(frame[_HEADER.size:])
+    again = decode_columns(frame[FRAME_HEADER.size:])
     assert [tuple(r) for r in again.records] == RECORDS
     assert again.thread_names == {77: "Main", 78: "t"}
     assert again.offset_ns == 123 and again.resource == {"service.name": "s", "process.pid": 7}
@@ -39,7 +39,7 @@ def test_columns_round_trip_exactly() -> None:
 
 @pytest.mark.parametrize("cut", [1, 9, -1, -8])
 def test_truncated_frames_are_rejected(cut: int) -> None:
-    body = encode_columns(Batch({}, 0, RECORDS))[_HEADER.size:]
+    body = encode_columns(Batch({}, 0, RECORDS))[FRAME_HEADER.size:]
     with pytest.raises((ValueError, KeyError, IndexError)):
         decode_columns(body[:cut])
 
@@ -58,7 +58,7 @@ def test_relay_is_private_and_delivers_batches_and_snapshots() -> None:
         # A malformed frame in between is dropped; later frames still arrive.
         raw = socket.socket(socket.AF_UNIX)
         raw.connect(server.address)
-        raw.sendall(_HEADER.pack(5, 3) + b"junk!")
+        raw.sendall(FRAME_HEADER.pack(5, 3) + b"junk!")
         raw.close()
         client.export([Batch({"service.name": "w"}, 5, RECORDS[:1])], time.monotonic() + 5)
         deadline = time.monotonic() + 10
@@ -75,3 +75,37 @@ def test_relay_is_private_and_delivers_batches_and_snapshots() -> None:
 def test_client_fails_fast_without_a_parent(tmp_path: Any) -> None:
     with pytest.raises(OSError):
         RelayClient(str(tmp_path / "nobody.sock"), Stats())
+
+
+def test_a_relayed_snapshot_arrives_with_its_trees_as_nodes() -> None:
+    # One in-process form of a contribution's tree: a node where it was made, the node read
+    # back where it arrives (the JSON dict is only the wire form); a bad tree costs its frame.
+    from otel_rl._internal.node import TreeNode
+
+    sent = TreeNode("root")
+    sent.child("update").add(0.25, 2)
+    sent.child("update").child("gradient").add(0.125)
+    snapshots: list[dict[str, Any]] = []
+    server = RelayServer(lambda batch: None, snapshots.append)
+    try:
+        client = RelayClient(server.address, Stats())
+        bad = {"pid": 7, "contributions": [{"path": [], "parallel": True,
+                                            "tree": {"total": "x", "count": 1}}]}
+        client.send_snapshot(bad)  # type: ignore[arg-type]
+        good = {"pid": 8, "contributions": [{"path": ["run"], "parallel": True, "tree": sent,
+                                             "pid": 8, "tid": 1}],
+                "children": [{"pid": 9, "contributions": [{"path": [], "parallel": False,
+                                                           "tree": sent}]}]}
+        client.send_snapshot(good)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 10
+        while not snapshots and time.monotonic() < deadline:
+            time.sleep(0.02)
+        client.shutdown(time.monotonic() + 1)
+    finally:
+        server.stop(time.monotonic() + 5)
+    assert [snap["pid"] for snap in snapshots] == [8]
+    got = snapshots[0]["contributions"][0]["tree"]
+    inner = snapshots[0]["children"][0]["contributions"][0]["tree"]
+    assert isinstance(got, TreeNode) and isinstance(inner, TreeNode)
+    assert got == sent == inner
+    assert got.children["update"].children["gradient"].total == 0.125

@@ -133,3 +133,23 @@ def test_standard_span_exporter_receives_every_block(tmp_path: Path) -> None:
     assert {s.name for s in finished} >= {"advance", "physics", "gradient", "run"}
     written = json.loads((tmp_path / "timers.json").read_text())
     assert shape(tree_exporter.timer_tree()) == shape(written)
+
+
+def test_the_tree_from_aggregate_spans_is_timers_json_without_a_dict_between(
+        tmp_path: Path) -> None:
+    # The read side builds the whole-run tree from the aggregate span as a `Tree` (no
+    # timers.json dict in between): it says, and draws, exactly what timers.json says.
+    from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+    from otel_rl.renderers import treeview
+
+    otel_rl.configure(spans="all", output_dir=str(tmp_path))
+    workload()
+    otel_rl.shutdown()
+    tree = build_tree(read_otlp_json_file(str(tmp_path / "spans.otlp.jsonl")))
+    text = (tmp_path / "timers.json").read_text()
+    from_file = Tree.from_json(text)
+    assert tree.to_dict() == json.loads(text)
+    assert tree.to_json() == from_file.to_json()
+    for per_process in (False, True):
+        assert (treeview.render(tree, per_process=per_process)
+                == treeview.render(from_file, per_process=per_process))

@@ -259,3 +259,46 @@ def test_gauge_and_metadata_come_before_total_like_mlagents() -> None:
     tree = Tree(gauges={"g": Gauge(1.0, 1.0, 1.0)}, metadata={"k": "v"})
     assert list(tree.to_dict()) == ["name", "gauges", "metadata", "total", "count", "self"]
     assert list(tree.to_dict()["gauges"]["g"]) == ["value", "min", "max", "count"]
+
+
+def test_tree_arithmetic_is_node_methods_merge_lift_subtract() -> None:
+    # The whole-run view's arithmetic on the one node type: place a subtree (merge_children),
+    # move a forked child's blocks up out of the blocks open at the fork (lifted), and take
+    # workers' blocks back out (subtract_children).
+    child = TreeNode("root")
+    child.child("train").add(0.0, 1)  # the parent's block, open at the fork
+    child.child("train").child("rollout").add(2.0, 4)
+    child.child("train").child("rollout").child("step").add(1.0, 40)
+    child.child("after").add(0.5, 1)  # a plain os.fork() child returning from `train`
+    lifted = child.lifted(["train"])
+    assert set(lifted.children) == {"after", "rollout"}
+    assert lifted.children["rollout"].children["step"].count == 40
+    assert "train" not in child.children  # taken out of the tree it was lifted from
+
+    run = TreeNode("root")
+    run.child("train").add(10.0, 1)
+    run.child("train").merge_children(lifted, is_parallel=True)
+    rollout = run.children["train"].children["rollout"]
+    assert (rollout.total, rollout.count, rollout.is_parallel) == (2.0, 4, True)
+    assert not run.children["train"].is_parallel  # the host node keeps its own flag
+
+    run.children["train"].subtract_children(lifted)
+    assert run.children["train"].children == {}  # nothing of the worker's blocks is left
+    assert run.children["train"].total == 10.0
+
+
+def test_merge_children_on_live_timer_nodes_is_the_plain_sum() -> None:
+    # A live stack's nodes are `TimerNode`s, whose own `merge` is ML-Agents' (counted as
+    # merged in, no GPU time): placing a subtree must not take that one.
+    from otel_rl._internal.recorder import TimerNode
+
+    source = TimerNode("root")
+    node = source.get_child("forward")
+    node.add_time(0.5)
+    node.gpu_total, node.gpu_count = 0.25, 1
+    into = TimerNode("root")
+    into.merge_children(source)
+    placed = into.children["forward"]
+    assert (placed.total, placed.count, placed.gpu_total, placed.gpu_count) == (0.5, 1, 0.25, 1)
+    assert (placed.merged_total, placed.merged_count) == (0.0, 0)
+    assert into.own_copy() is not None and into.own_copy().children["forward"].count == 1

@@ -18,11 +18,15 @@ import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_rl._internal import jsonout, semconv
-from otel_rl._internal.node import json_default
-from otel_rl._internal.shapes import Contribution, GaugeDict, Snapshot, TimersDict
+from otel_rl._internal.node import Gauge, json_default
+from otel_rl._internal.shapes import GaugeDict
+from otel_rl._internal.wholerun import Contribution, Snapshot
+
+if TYPE_CHECKING:
+    from otel_rl._internal.tree import Tree
 
 PART_CHARS = 1900
 NAME = "otel_rl aggregate"
@@ -87,11 +91,11 @@ def span_attributes(source: str, seq: int, part: int, parts: int, final: bool, d
 
 
 def gauge_attributes(gauges: Mapping[str, GaugeDict]) -> dict[str, Any]:
-    """Gauges as ``otel_rl.gauge.<name>.value|min|max|count`` attributes."""
+    """Gauges as ``otel_rl.gauge.<name>.value|min|max|count`` attributes
+    (`node.Gauge.to_attributes`)."""
     attrs: dict[str, Any] = {}
     for name, g in gauges.items():
-        for key in ("value", "min", "max", "count"):
-            attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
+        attrs.update(Gauge.from_dict(g).to_attributes(name))
     return attrs
 
 
@@ -152,14 +156,15 @@ MAIN_UNFINISHED = ("the main process never finished (killed, or still running): 
                    "holds what the run had recorded up to its last checkpoint")
 
 
-def build(collected: Collected) -> tuple[TimersDict, list[str]]:
-    """The whole-run timers.json dict from collected aggregates, and notes on what it lacks."""
+def build(collected: Collected) -> tuple[Tree, list[str]]:
+    """The whole-run tree from collected aggregates, and notes on what it lacks."""
     from otel_rl._internal import wholerun
 
     latest, notes = collected.latest()
     main = [p for p, _final, kind in latest if kind == "main"]
     # A worker's payload is its snapshot (see `Runtime.checkpoint`).
-    workers: list[Snapshot] = [p for p, _final, kind in latest if kind != "main"]  # type: ignore[misc]
+    workers: list[Snapshot] = [wholerun.received(p)  # type: ignore[arg-type]
+                               for p, _final, kind in latest if kind != "main"]
     if any(not final for _p, final, kind in latest if kind == "main"):
         notes.append(MAIN_UNFINISHED)
     unfinished = sum(1 for _p, final, kind in latest if not final and kind != "main")
@@ -180,6 +185,9 @@ def build(collected: Collected) -> tuple[TimersDict, list[str]]:
         if len(main) > 1:
             notes.append(f"{len(main)} main processes share this run id")
         local, snapshots = list(first["local"]), list(first["snapshots"])
+        wholerun.received_contributions(local)  # read from the span: trees as NodeDicts
+        for snap in snapshots:
+            wholerun.received(snap)
         root_total, gauges, metadata = first["root_total"], first["gauges"], first["metadata"]
         places = list(first.get("places") or [])
         main_worker = first.get("main")  # the run's own thread's role (`components.main_role`)

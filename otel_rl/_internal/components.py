@@ -22,7 +22,9 @@ import threading
 from typing import Any
 
 from otel_rl._internal import procstate, recorder, runtime, semconv
+from otel_rl._internal.record import make
 from otel_rl._internal.recorder import Base, TimerStack
+from otel_rl._internal.shapes import AttributeValue
 
 __all__ = ["Component", "close_all", "role_of", "stack_for", "switch_to"]
 
@@ -122,15 +124,14 @@ def switch_to(name: str, unchanged: Any) -> Any:
     `unchanged` where the block stays on the thread's own stack (see `stack_for`).
 
     Runs at every top-level Timing block: a component made already is found with a few
-    lookups (no pid check: a forked child's `_owner` is None, so it takes the full path)."""
-    rt = runtime._rt
-    if rt is not None and rt is _owner and not rt.closed:
-        local = recorder._local
-        st = getattr(local, "stack", None)
+    lookups."""
+    rt = runtime.active()
+    if rt is not None and rt is _owner:
+        st = recorder.active_stack()
         if st is not None and st.component is None:
             comp = _stacks.get((st.tid, name))
             if comp is not None:
-                local.stack = comp
+                recorder.set_active_stack(comp)
                 return st
     stack = stack_for(name)
     if stack is None:
@@ -170,10 +171,12 @@ def close_all(end_ns: int, buffer: Any, spans_on: bool) -> None:
         trace = comp.trace
         if not spans_on or trace is None or base is None:
             continue
-        attrs = {semconv.COMPONENT: component.name, semconv.COMPONENT_ROLE: component.role,
-                 semconv.COMPONENT_INDEX: component.index}
-        buffer.append((component.span_id, base.span_id, component.name, component.start_ns,
-                       end_ns, comp.tid, trace.trace_id, {"attrs": attrs}))
+        attrs: dict[str, AttributeValue] = {
+            semconv.COMPONENT: component.name, semconv.COMPONENT_ROLE: component.role,
+            semconv.COMPONENT_INDEX: component.index}
+        buffer.append(make(component.span_id, base.span_id, component.name,
+                           component.start_ns, end_ns, comp.tid, trace.trace_id,
+                           {"attrs": attrs}))
         comp.pop_open(component.span_id)  # recorded: not open any more (not cut short)
 
 

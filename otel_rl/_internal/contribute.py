@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from otel_rl._internal.node import Gauge
 from otel_rl._internal.recorder import Base, TimerStack, stack_contribution
-from otel_rl._internal.shapes import Contribution, GaugeDict
-from otel_rl._internal.wholerun import merge_gauge
+from otel_rl._internal.shapes import GaugeDict
+from otel_rl._internal.wholerun import Contribution, merge_gauge
 
 __all__ = ["contributions", "stack_gauges"]
 

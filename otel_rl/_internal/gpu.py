@@ -27,12 +27,15 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from otel_rl._internal import log, procstate, recorder, semconv
+from otel_rl._internal.record import SPAN_ID, Record, with_attrs
 from otel_rl._internal.recorder import TimerNode, hierarchical_timer
-from otel_rl._internal.shapes import Record
 from otel_rl._internal.threads import Daemon, sleep, start_daemon, stopping
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: Seconds a block's span waits for its GPU time (and shutdown for pending pairs).
 timeout = 10.0
@@ -66,6 +69,33 @@ _closing = False
 _generation = 0  # bumped by `reset`: the resolver forgets pairs of an earlier generation
 
 
+
+
+class _State(TypedDict, total=False):
+    """This module's state that is rebound (the containers above are only mutated): written
+    by `_assign` alone, read as module globals."""
+
+    _patterns: tuple[str, ...]
+    timeout: float
+    _api: Any
+    _api_given: bool
+    _disabled: bool
+    _initialized: bool
+    _wake: threading.Event
+    _idle: bool
+    _thread: Daemon | None
+    _lock: threading.Lock
+    _active: int
+    _active_pairs: list[Pending]
+    _held: list[Record]
+    _closing: bool
+    _generation: int
+
+
+def _assign(**values: Unpack[_State]) -> None:
+    globals().update(values)
+
+
 PENDING, RESOLVED, GIVEN_UP = 0, 1, 2  # `Pending.state`
 
 
@@ -90,10 +120,7 @@ class Pending:
 
 def configure(blocks: Iterable[str], wait: float) -> None:
     """Opt in the blocks whose names match `blocks` (exact names or fnmatch patterns)."""
-    global _patterns, timeout, _closing
-    _patterns = tuple(blocks)
-    timeout = wait
-    _closing = False
+    _assign(_patterns=tuple(blocks), timeout=wait, _closing=False)
     recorder.use_gpu_blocks(bool(_patterns))
 
 
@@ -113,12 +140,8 @@ def wanted(name: str) -> bool:
 def use_api(api: Any) -> None:
     """Use `api` (``torch.cuda``'s surface: ``is_available``, ``is_initialized``,
     ``current_stream``, ``Event``) instead of looking for torch; None: look again."""
-    global _api, _api_given, _disabled, _initialized
     reset()
-    _initialized = False
-    _api = api
-    _api_given = api is not None
-    _disabled = False
+    _assign(_initialized=False, _api=api, _api_given=api is not None, _disabled=False)
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -129,7 +152,6 @@ def _warn_once(key: str, message: str) -> None:
 
 def _find_api(name: str) -> Any:
     """torch.cuda if the program imported torch and initialized CUDA; else None."""
-    global _api, _disabled
     torch = sys.modules.get("torch")
     if torch is None:
         _warn_once("no-torch", f"GPU time asked for block {name!r}, but torch is not imported; "
@@ -141,17 +163,16 @@ def _find_api(name: str) -> Any:
     except Exception:
         available = False
     if not available:
-        _disabled = True
+        _assign(_disabled=True)
         _warn_once("no-cuda", "GPU time asked for, but CUDA is not available; GPU-timed "
                               "blocks are timed on the CPU only")
         return None
-    _api = cuda
+    _assign(_api=cuda)
     return cuda
 
 
 def _fail(exc: BaseException) -> None:
-    global _disabled
-    _disabled = True
+    _assign(_disabled=True)
     _warn_once("gpu-failed", f"GPU timing failed ({type(exc).__name__}: {exc}); GPU-timed "
                              "blocks are timed on the CPU only from now on")
 
@@ -190,9 +211,9 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
 
 
 def _check_initialized(api: Any) -> bool:
-    global _initialized
-    _initialized = bool(api.is_initialized())  # once True, it stays so in this process
-    return _initialized
+    initialized = bool(api.is_initialized())  # once True, it stays so in this process
+    _assign(_initialized=initialized)
+    return initialized
 
 
 def _capturing(api: Any) -> bool:
@@ -270,7 +291,7 @@ class GpuTimer(hierarchical_timer):
 def opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
     """Called by `hierarchical_timer.__init__` when `gpu` is given or `gpu_blocks` is set."""
     if gpu is not None:
-        timer._gpu_opt = gpu
+        recorder.keep_gpu_choice(timer, gpu)
     if gpu if gpu is not None else wanted(name):
         timer.__class__ = GpuTimer
 
@@ -278,13 +299,12 @@ def opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
 # --- the resolver thread -----------------------------------------------------------------------
 
 def _ensure_thread() -> None:
-    global _thread
     if _thread is not None:
         return
     with _lock:
         if _thread is None:
             # Born with SIGTERM/SIGINT blocked, like otel_rl's other threads (`threads`).
-            _thread = start_daemon("otel_rl-gpu", _loop, wake=_wake_resolver)
+            _assign(_thread=start_daemon("otel_rl-gpu", _loop, wake=_wake_resolver))
 
 
 def _wake_resolver() -> None:
@@ -292,33 +312,31 @@ def _wake_resolver() -> None:
 
 
 def _loop() -> None:
-    global _idle, _active, _active_pairs
     active: list[Pending] = []
     last_prune = time.monotonic()
     generation = _generation
     while True:
         if stopping():  # a fork: the pairs wait in the queue for the restarted resolver
             _queue.extendleft(reversed(active))
-            _active, _active_pairs, _idle = 0, [], True
+            _assign(_active=0, _active_pairs=[], _idle=True)
             return
         if generation != _generation:
             active, generation = [], _generation
         moving = len(_queue)
         # Counted as held before they leave the queue: `outstanding` may count a pair twice
         # for a moment, never zero times.
-        _active = len(active) + moving
+        _assign(_active=len(active) + moving)
         for _ in range(moving):
             active.append(_queue.popleft())
         if not active:
-            _idle = True
+            _assign(_idle=True)
             if not _queue:
                 _wake.wait(1.0)
             _wake.clear()
-            _idle = False
+            _assign(_idle=False)
             continue
         active = resolve(active, time.monotonic())
-        _active = len(active)
-        _active_pairs = active
+        _assign(_active=len(active), _active_pairs=active)
         now = time.monotonic()
         if now - last_prune > 1.0:
             last_prune = now
@@ -398,31 +416,29 @@ recorder.set_retire_hook(_retarget)
 def ready(records: list[Record]) -> list[Record]:
     """`records` that may be exported now, with their GPU attributes; the pipeline calls this
     on every drain. Records of GPU-timed blocks still pending are kept for a later call."""
-    global _held
     if not spans and not _held:
         return records
     pending_records = _held + records if _held else records
-    _held = []
+    kept: list[Record] = []
+    _assign(_held=kept)
     out: list[Record] = []
     now = time.monotonic()
     for record in pending_records:
-        pending = spans.get(record[0])
+        pending = spans.get(record[SPAN_ID])
         if pending is None:
             out.append(record)
             continue
         if pending.state == PENDING and not _closing and (
                 not pending.t_end or now - pending.t_end < timeout):
-            _held.append(record)
+            kept.append(record)
             continue
-        spans.pop(record[0], None)
+        spans.pop(record[SPAN_ID], None)
         attrs: dict[str, Any]
         if pending.state == RESOLVED:
             attrs = {semconv.GPU_SECONDS: pending.seconds, semconv.GPU_DEVICE: pending.device}
         else:
             attrs = {semconv.GPU_TIMED_OUT: True, semconv.GPU_DEVICE: pending.device}
-        extra: dict[str, Any] = dict(record[7]) if record[7] else {}
-        extra["attrs"] = {**(extra.get("attrs") or {}), **attrs}
-        out.append((*record[:7], extra))  # type: ignore[arg-type]
+        out.append(with_attrs(record, attrs))
     if _closing:
         spans.clear()  # the last drain: what is left belongs to spans that were not kept
     return out
@@ -442,11 +458,10 @@ def outstanding() -> int:
 def finish(deadline: float) -> None:
     """At shutdown: wait (until `deadline`, at most `timeout`) for pending pairs, then let
     every held span go, marking those still without GPU time as timed out."""
-    global _closing
     limit = min(deadline, time.monotonic() + timeout)
     while outstanding() > 0 and time.monotonic() < limit:
         time.sleep(POLL_INTERVAL)
-    _closing = True
+    _assign(_closing=True)
     for pending in spans.values():
         if pending.state == PENDING:
             pending.state = GIVEN_UP
@@ -455,28 +470,19 @@ def finish(deadline: float) -> None:
 
 def reset() -> None:
     """Forget every pool, pending pair and held span (after a fork; tests)."""
-    global _active, _held, _closing, _disabled, _generation
-    _generation += 1
+    _assign(_generation=_generation + 1, _held=[], _active=0, _closing=False, _disabled=False)
     _pools.clear()
     _queue.clear()
     spans.clear()
-    _held = []
-    _active = 0
-    _closing = False
-    _disabled = False
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _wake, _api, _thread, _idle, _initialized
     # Events, streams and the resolver thread belong to the parent; CUDA in a forked child
     # is the program's choice (it usually cannot), and is looked up afresh.
-    _lock = threading.Lock()
-    _wake = threading.Event()
-    _thread = None
-    _idle = True
+    _assign(_lock=threading.Lock(), _wake=threading.Event(), _thread=None, _idle=True,
+            _initialized=False)  # CUDA does not survive a fork
     if not _api_given:
-        _api = None
-    _initialized = False  # CUDA does not survive a fork
+        _assign(_api=None)
     reset()
 
 

@@ -16,22 +16,55 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from otel_rl._internal import log, mainledger, tallyfile
 from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY, RUN_MARK
+from otel_rl._internal.record import SPAN_ID, TRACE_ID, make
 
 if TYPE_CHECKING:
+    from otel_rl._internal.carrier import Context
+    from otel_rl._internal.config import Settings
     from otel_rl._internal.otlp.records import Batch
-    from otel_rl._internal.runtime import Runtime
-    from otel_rl._internal.shapes import Snapshot, TreeInputs
-    from otel_rl._internal.sinks.base import Stats
+    from otel_rl._internal.pipeline import Pipeline
+    from otel_rl._internal.recorder import Trace
+    from otel_rl._internal.relay import RelayClient
+    from otel_rl._internal.shapes import AttributeValue
+    from otel_rl._internal.sinks.base import Sink, Stats
     from otel_rl._internal.sinks.queue import SinkQueue
+    from otel_rl._internal.wholerun import Snapshot, TreeInputs
 
 __all__ = ["DROPPED_KEY", "LEDGER_KEY", "LedgerState", "before_final_flush",
            "checkpoint_inputs", "ledger_metadata", "main_started", "orphaned", "output_dir",
            "parent_gone", "relayed", "shut_down", "snapshot_extras", "snapshot_seen",
            "timers_written", "watch_parent", "worker_lost"]
+
+
+class Runtime(Protocol):
+    """What the ledger reads and sets of `runtime.Runtime` (named here, not imported: the
+    runtime imports this module, and imports point one way)."""
+
+    settings: Settings
+    ctx: Context | None
+    closed: bool
+    is_worker: bool
+    spans_on: bool
+    run_id: str
+    role: str | None
+    index: int | None
+    stats: Stats
+    ledger_state: LedgerState
+    snapshots: dict[str, Snapshot]
+    snapshots_lock: threading.Lock
+    relay_client: RelayClient | None
+    output_dir: str | None
+    pipeline: Pipeline
+    trace: Trace
+
+    def own_sinks(self) -> list[Sink]: ...
+
+    def relayed_snapshots(self) -> list[Snapshot]: ...
+
 
 
 def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
@@ -167,10 +200,10 @@ def relayed(rt: Runtime, batch: Batch) -> None:
             records = batch.records
             if records:
                 workers.shape[pid] = (batch.resource, batch.offset_ns, batch.thread_names,
-                                      int(records[-1][6]))
+                                      int(records[-1][TRACE_ID]))
             opened = workers.open_sids.get(pid)
             if opened:  # blocks open at its last report that ended since
-                opened.difference_update([record[0] for record in records])
+                opened.difference_update([record[SPAN_ID] for record in records])
         except (TypeError, IndexError, ValueError):
             pass  # not records as this module knows them: no cut-short copies then
 
@@ -310,13 +343,18 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
         return 0
     resource, offset_ns, thread_names, trace_id = shape
     end_ns = recorder.now_ns()
-    attrs = {semconv.CUT_SHORT: True, semconv.DIED: f"process died ({how})"}
+    attrs: dict[str, AttributeValue] = {semconv.CUT_SHORT: True,
+                                        semconv.DIED: f"process died ({how})"}
     records: list[Any] = []
     for block in snap.get("open") or ():
         if isinstance(block, list) and len(block) == 5 and block[0] in still:
-            sid, psid, name, start, tid = block
-            records.append((sid, psid, name, start, max(int(start), end_ns), tid,  # type: ignore[call-overload]
-                            trace_id, {"attrs": attrs}))
+            sid, psid, name, start, tid = cast("list[Any]", block)
+            try:
+                record = make(int(sid), int(psid), str(name), int(start),
+                              max(int(start), end_ns), int(tid), trace_id, {"attrs": attrs})
+            except (TypeError, ValueError):
+                continue  # not an open block as this module wrote it
+            records.append(record)
     if records:
         rt.stats.ledger.taken(len(records))
         rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))
@@ -329,7 +367,7 @@ def before_final_flush(rt: Runtime) -> None:
     here too. (Workers whose connection closed without a final snapshot were handled by
     `worker_lost`.)"""
     dropped = killed = 0
-    for snap in rt._relayed():
+    for snap in rt.relayed_snapshots():
         value = snap.get("dropped")
         if isinstance(value, int):
             dropped += value
@@ -351,7 +389,7 @@ def shut_down(rt: Runtime) -> None:
     if own is not None:
         tallyfile.remove(own)
         rt.ledger_state.tally = None
-    for snap in rt._relayed():
+    for snap in rt.relayed_snapshots():
         path = snap.get("tally")
         if isinstance(path, str):
             tallyfile.remove(path)

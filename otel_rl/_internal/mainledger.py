@@ -37,7 +37,7 @@ from otel_rl._internal import tallyfile
 from otel_rl._internal.ledger import REASONS, UNCONFIRMED
 
 if TYPE_CHECKING:
-    from otel_rl._internal.ledger import Ledger, _Account
+    from otel_rl._internal.ledger import Ledger
 
 __all__ = ["DROPPED_KEY", "LEDGER_KEY", "SURVIVOR_ENV", "Mirror", "after_main",
            "has_survivor", "share"]
@@ -91,14 +91,14 @@ class Mirror:
         #: Worker pid -> its slot pair (pid, records received from it).
         self._sources: dict[int, int] = {}
 
-    def sinks(self, accounts: dict[str, _Account]) -> None:
+    def sinks(self, accounts: dict[str, Any]) -> None:
         self._header["sinks"] = [[name, a.label] for name, a in accounts.items()
                                  if a.index < _MAX_SINKS]
         data = json.dumps(self._header).encode("utf-8")[:_SIZE - _HEADER_AT]
         self._mapping[_HEADER_AT:_HEADER_AT + len(data)] = data
         self._slots[3] = len(data)
 
-    def account(self, account: _Account, lost: bool = False) -> None:
+    def account(self, account: Any, lost: bool = False) -> None:
         """`account`'s counts (with `lost`: its losses too, which change rarely)."""
         if account.index >= _MAX_SINKS:
             return
@@ -127,7 +127,7 @@ class Mirror:
 
 
 def _path(run_id: str, pid: int) -> str:
-    return os.path.join(tallyfile._folder(), f"{tallyfile._prefix(run_id)}{pid}.ledger")
+    return os.path.join(tallyfile.folder(), f"{tallyfile.prefix(run_id)}{pid}.ledger")
 
 
 def has_survivor() -> bool:
@@ -226,7 +226,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
         # Workers still alive become orphans: each reads what it received from them
         # (`received_from`) and the last to end removes the file (`orphan_ended`).
         for name in _names(run_id, ".tally"):
-            tallyfile.remove(os.path.join(tallyfile._folder(), name))
+            tallyfile.remove(os.path.join(tallyfile.folder(), name))
     else:
         _remove(path)
         tallyfile.remove_run(run_id)
@@ -260,9 +260,9 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
 
 
 def _names(run_id: str, suffix: str) -> list[str]:
-    prefix = tallyfile._prefix(run_id)
+    prefix = tallyfile.prefix(run_id)
     try:
-        return [n for n in os.listdir(tallyfile._folder())
+        return [n for n in os.listdir(tallyfile.folder())
                 if n.startswith(prefix) and n.endswith(suffix)]
     except OSError:
         return []
@@ -287,7 +287,7 @@ def orphan_ended(run_id: str, parent: int) -> None:
     """An orphaned worker ends: the parent's mirror goes once no worker of the run is left
     (their tally files are gone by then, or belong to dead processes)."""
     for name in _names(run_id, ".tally"):
-        pid = name[len(tallyfile._prefix(run_id)):-len(".tally")]
+        pid = name[len(tallyfile.prefix(run_id)):-len(".tally")]
         if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
             return
     _remove(_path(run_id, parent))
@@ -301,7 +301,7 @@ def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
     orphan and exports the rest itself."""
     received = {slots[i]: slots[i + 1] for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2)
                 if slots[i]}
-    folder, prefix = tallyfile._folder(), tallyfile._prefix(run_id)
+    folder, prefix = tallyfile.folder(), tallyfile.prefix(run_id)
     try:
         names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tally")]
     except OSError:
@@ -347,7 +347,7 @@ def _alive(pid: int) -> bool:
 
 def _ledgers(run_id: str) -> list[str]:
     """The main-process ledger files of run `run_id` (one per run)."""
-    folder, prefix = tallyfile._folder(), tallyfile._prefix(run_id)
+    folder, prefix = tallyfile.folder(), tallyfile.prefix(run_id)
     try:
         return [os.path.join(folder, name) for name in os.listdir(folder)
                 if name.startswith(prefix) and name.endswith(".ledger")]
@@ -398,7 +398,7 @@ def _into_timers(folder: str, note: str, summary: dict[str, Any], worst: int) ->
             tree = parse_json(f.read(), path)
     except FileNotFoundError:  # killed before its first checkpoint
         tree = wholerun.build(local=[], snapshots=[], root_total=0.0, gauges={},
-                              metadata={}, places=[], main=None)
+                              metadata={}, places=[], main=None).to_dict()
         note += " (no timers.json had been written: this one holds no blocks)"
     except Exception:
         return  # unreadable: the readers say so themselves

@@ -43,6 +43,7 @@ from otel_rl._internal.otlp.metrics import (
     encode_metrics,
 )
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.record import END, EXTRA, SPAN_ID, START, TRACE_ID, Record
 from otel_rl._internal.shapes import Attributes
 from otel_rl._internal.sinks.base import Stats
 
@@ -127,15 +128,16 @@ def _slowest(np: Any, codes: Any, durations: Any) -> dict[int, int]:
     return dict(zip(found.tolist(), hits[first].tolist(), strict=True))
 
 
-def _offer(hist: _Hist, record: Any, offset: int) -> None:
+def _offer(hist: _Hist, record: Record, offset: int) -> None:
     """Make `record` the stream's exemplar if it is the slowest since the last export."""
-    seconds = (record[4] - record[3]) * 1e-9
+    seconds = (record[END] - record[START]) * 1e-9
     best = hist.exemplar
     if best is None or seconds >= best.value:
-        hist.exemplar = Exemplar(seconds, record[4] + offset, record[6], record[0])
+        hist.exemplar = Exemplar(seconds, record[END] + offset, record[TRACE_ID],
+                                 record[SPAN_ID])
 
 
-_START, _END = operator.itemgetter(3), operator.itemgetter(4)
+_START, _END = operator.itemgetter(START), operator.itemgetter(END)
 #: Records waiting for their parent (`metrics_paths`) past this many count as top-level now.
 _MAX_PENDING = 100_000
 _BOUNDS_NS: Any = None
@@ -301,7 +303,7 @@ class Metrics:
                                         [records[i] for i in late], batch.thread_names),
                                   rounds + 1))
         if extras:
-            keep[[i for i in extras if not _is_block(records[i][7])]] = False
+            keep[[i for i in extras if not _is_block(records[i][EXTRA])]] = False
         if keep.all():
             positions = None
         else:
@@ -365,7 +367,7 @@ class Metrics:
             positions = np.arange(n)
             if extras:
                 keep = np.ones(n, bool)
-                keep[[i for i in extras if not _is_block(records[i][7])]] = False
+                keep[[i for i in extras if not _is_block(records[i][EXTRA])]] = False
                 codes, durations, positions = codes[keep], durations[keep], positions[keep]
             role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
             index = _index(batch.resource)

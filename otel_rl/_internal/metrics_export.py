@@ -134,7 +134,7 @@ def attach(rt: Any) -> MetricsExporter | None:
 
     def gauges() -> dict[str, Any]:
         result = contribute.stack_gauges(recorder.all_stacks())
-        for snap in rt._relayed():
+        for snap in rt.relayed_snapshots():
             for name, gauge in (snap.get("gauges") or {}).items():
                 wholerun.merge_gauge(result, name, gauge)
         return result
@@ -142,7 +142,7 @@ def attach(rt: Any) -> MetricsExporter | None:
     def scalars() -> list[tuple[str, int, list[list[Any]]]]:
         """(role, worker index, rows) of this process and each relaying worker."""
         result = [(str(rt.role or MAIN_ROLE), int(rt.index or 0), scalar_state())]
-        for snap in rt._relayed():
+        for snap in rt.relayed_snapshots():
             rows = snap.get("scalars")
             index = snap.get("index")
             if isinstance(rows, list):
@@ -165,7 +165,7 @@ def attach(rt: Any) -> MetricsExporter | None:
         role, index = str(rt.role or MAIN_ROLE), int(rt.index or 0)
         result: list[tuple[str, int, Any]] = [
             (role, index, recorder.stack_contribution(st)) for st in recorder.all_stacks()]
-        for snap in rt._relayed():
+        for snap in rt.relayed_snapshots():
             at = snap.get("index")
             for contribution in snap.get("contributions") or ():
                 result.append((str(snap.get("role") or "worker"),

@@ -26,6 +26,7 @@ from itertools import compress
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.record import EXTRA, NAME, PARENT_ID, SPAN_ID, THREAD_ID
 from otel_rl._internal.shapes import OpenBlockInfo
 
 __all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "extra_at",
@@ -41,7 +42,8 @@ SEP = "/"
 #: Observations a record waits for its parent before it counts as top-level.
 ROUNDS = 5
 
-_SID, _PSID, _NAME, _TID, _EXTRA = (operator.itemgetter(i) for i in (0, 1, 2, 5, 7))
+_SID, _PSID, _NAME, _TID, _EXTRA = (operator.itemgetter(i)
+                                     for i in (SPAN_ID, PARENT_ID, NAME, THREAD_ID, EXTRA))
 
 
 class _NameIds(dict[str, int]):
@@ -205,7 +207,7 @@ class PathResolver:
         n = len(records)
         if extras is None:
             extras = extra_at(records)
-        kinds = [i for i in extras if _is_kind(records[i][7])]
+        kinds = [i for i in extras if _is_kind(records[i][EXTRA])]
         name_ids = self.table.name_ids
         sub: Any = None  # the positions to place by parent ids (None: all)
         if by_name is not None:

@@ -6,10 +6,11 @@ it, so worker processes import it at start-up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from otel_rl._internal.shapes import GaugeDict, NodeDict
+from otel_rl._internal import semconv
+from otel_rl._internal.shapes import AttributeValue, GaugeDict, NodeDict
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -84,6 +85,51 @@ class TreeNode:
             mine.gpu_count += theirs.gpu_count
             mine.is_parallel |= is_parallel
             todo.extend((mine.child(name), child) for name, child in theirs.children.items())
+
+    def merge_children(self, source: TreeNode, is_parallel: bool = False) -> None:
+        """Merge `source`'s children into this node's (not `source`'s own totals): a
+        subtree placed under this node. Always `TreeNode.merge`'s plain sum, also on a
+        subclass whose `merge` means something else (ML-Agents' `TimerNode.merge` counts
+        what it adds as merged in)."""
+        for name, child in source.children.items():
+            TreeNode.merge(self.child(name), child, is_parallel)
+
+    def subtract_children(self, source: TreeNode) -> None:
+        """Take `source`'s children's totals and counts out of this node's, all the way
+        down (never below zero); a node left with no runs and no children goes."""
+        pairs: list[tuple[TreeNode, TreeNode, TreeNode]] = []  # (parent, node, to take out)
+        todo: list[tuple[TreeNode, TreeNode]] = [(self, source)]
+        while todo:
+            into, src_parent = todo.pop()
+            for name, src in src_parent.children.items():
+                node = into.children.get(name)
+                if node is not None:
+                    pairs.append((into, node, src))
+                    todo.append((node, src))
+        # Deepest first, so a node is removed only once its own children are settled.
+        for parent, node, src in reversed(pairs):
+            node.total = max(0.0, node.total - src.total)
+            node.count = max(0, node.count - src.count)
+            node.gpu_total = max(0.0, node.gpu_total - src.gpu_total)
+            node.gpu_count = max(0, node.gpu_count - src.gpu_count)
+            if node.count == 0 and not node.children:
+                del parent.children[node.name]
+
+    def lifted(self, path: Sequence[str]) -> Self:
+        """A new root holding this root's blocks with those under `path` moved up to it:
+        what was recorded inside the blocks of `path` (open when a child process forked)
+        hangs at the root, and so does what was recorded outside them (a plain `os.fork()`
+        child returning from them). Takes the `path` blocks out of this tree."""
+        result = type(self)("root")
+        node: TreeNode = self
+        for name in path:
+            inner = node.children.pop(name, None)
+            result.merge_children(node)
+            if inner is None:
+                return result
+            node = inner
+        result.merge_children(node)
+        return result
 
     def walk(self, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], TreeNode]]:
         """Yield ``(path, node)`` for every node below this one, depth first, in order."""
@@ -219,6 +265,39 @@ class Gauge:
         value = data["value"]
         return cls(value, data.get("min", value), data.get("max", value), data.get("count", 1),
                    data.get("ts", 0.0))
+
+    #: A gauge's fields as span attributes, ``otel_rl.gauge.<name>.<field>``.
+    FIELDS = ("value", "min", "max", "count")
+
+    def to_attributes(self, name: str) -> dict[str, AttributeValue]:
+        """Gauge `name` as run/process/aggregate span attributes (`from_attributes` reads
+        them back): ``otel_rl.gauge.<name>.value|min|max|count``."""
+        prefix = f"{semconv.GAUGE_PREFIX}{name}."
+        return {prefix + "value": self.value, prefix + "min": self.min,
+                prefix + "max": self.max, prefix + "count": self.count}
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> dict[str, Gauge]:
+        """The gauges a span's attributes hold (`to_attributes`); a gauge without a numeric
+        value is left out, a missing or bad count is 1."""
+        fields: dict[str, dict[str, object]] = {}
+        for key, value in attributes.items():
+            if key.startswith(semconv.GAUGE_PREFIX):
+                name, _, part = key[len(semconv.GAUGE_PREFIX):].rpartition(".")
+                if name and part in cls.FIELDS:
+                    fields.setdefault(name, {})[part] = value
+        gauges = {}
+        for name, parts in fields.items():
+            value = parts.get("value")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            try:
+                count = int(parts.get("count", 1))  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                count = 1
+            gauges[name] = cls(value, parts.get("min", value), parts.get("max", value),  # type: ignore[arg-type]
+                               count)
+        return gauges
 
     def __eq__(self, other: object) -> bool:
         # `ts` is bookkeeping for merging: the same gauge read from a file or rebuilt from

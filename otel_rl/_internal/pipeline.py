@@ -17,7 +17,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.shapes import Attributes, Record
+from otel_rl._internal.record import Record
+from otel_rl._internal.shapes import Attributes
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.sinks.queue import SinkQueue
 from otel_rl._internal.threads import Daemon, start_daemon, stopping

@@ -4,10 +4,8 @@ A timed block costs a push/pop on its thread's stack, an aggregate update on its
 when spans are on and the policy keeps it, one tuple appended to a bounded buffer. No OTel SDK
 object is made here; records become OTLP in bulk on a background thread (`pipeline`).
 
-Span records are tuples ``(span_id, parent_span_id, name, start_ns, end_ns, thread_id,
-trace_id, extra)`` with `perf_counter_ns` times; `extra` is None or a dict with any of
-``error`` (type, message, stacktrace), ``link`` (trace_id, span_id), ``sampled`` (str),
-``attrs`` (dict).
+Span records are `record.Record` tuples, fields named there; ``__exit__`` builds its literal
+in that order (`tests/test_record.py` pins it), every other builder calls `record.make`.
 
 The records are the same under the `all` and `auto` policies: which of them a backend gets
 is decided off the hot path (`windows.Windower`, in the pipeline).
@@ -26,11 +24,15 @@ import time
 from collections.abc import Callable, MutableSequence, Sequence
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, cast
 
 from otel_rl._internal import log
 from otel_rl._internal.node import Gauge, TreeNode
-from otel_rl._internal.shapes import Extra, GaugeDict, NodeDict, Record, TimersDict
+from otel_rl._internal.record import Extra, Record
+from otel_rl._internal.shapes import GaugeDict, NodeDict, TimersDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TIMER_FORMAT_VERSION = "0.1.0"
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
@@ -95,6 +97,37 @@ class TimerNode(TreeNode):
             node.merged_count += theirs.count
             node.is_parallel |= is_parallel
             todo.extend((node.get_child(name), child) for name, child in theirs.children.items())
+
+    def own_copy(self) -> TimerNode | None:
+        """A copy of this tree without what `merge` brought in (the subtraction the whole-run
+        view makes); None when nothing is left. Iterative (children before parents): trees
+        thousands of blocks deep are ordinary."""
+        order: list[tuple[TimerNode, TimerNode | None]] = []  # (node, its parent), parents first
+        todo: list[tuple[TimerNode, TimerNode | None]] = [(self, None)]
+        while todo:
+            item = todo.pop()
+            order.append(item)
+            todo.extend((child, item[0]) for child in list(item[0].children.values()))
+        copies: dict[int, dict[str, TimerNode]] = {}  # id(node) -> its kept children's copies
+        result: TimerNode | None = None
+        for current, parent in reversed(order):
+            children = copies.pop(id(current), {})
+            count = current.count - current.merged_count
+            copy: TimerNode | None = None
+            if count > 0 or children:
+                copy = TimerNode(current.name)
+                copy.total = max(0.0, current.total - current.merged_total)
+                copy.count = max(0, count)
+                copy.gpu_total = current.gpu_total
+                copy.gpu_count = current.gpu_count
+                # Children in the original's order (the walk above visits them reversed).
+                copy.children = {name: children[name] for name in current.children
+                                 if name in children}
+            if parent is None:
+                result = copy
+            elif copy is not None:
+                copies.setdefault(id(parent), {})[copy.name] = copy
+        return result
 
 
 class GaugeNode:
@@ -438,34 +471,61 @@ _other_ids = itertools.count(0)
 _random: Any = None
 
 
+class _State(TypedDict, total=False):
+    """The recorder's process state, in one place: the clock, the id sources, the switches
+    and hooks, the tally, the registries' lock and counters. Each is a module global (the hot
+    path reads them as globals: 6 ns a read against 13 ns for an attribute, CPython 3.11)
+    and `_assign` is their one writer (no ``global`` statement in this module)."""
+
+    perf_counter_ns: Callable[[], int]
+    _ids: itertools.count[int]
+    _other_ids: itertools.count[int]
+    _trace_ids: Callable[[], int]
+    _random: Any
+    buffer_cap: int
+    on_new_stack: Callable[[TimerStack], None] | None
+    on_merge: Callable[[TimerNode, tuple[int, int]], None] | None
+    on_retire: Callable[[TimerStack, TimerNode], None] | None
+    _gpu_opt_in: Callable[[hierarchical_timer, str, bool | None], None]
+    _plain_enter: Callable[[hierarchical_timer], TimerNode]
+    startup_argv: str | None
+    tally: MutableSequence[int]
+    on_tally_full: Callable[[int], MutableSequence[int] | None] | None
+    _tally_lock: threading.Lock
+    _registry_lock: threading.Lock
+    _next_slot: int
+    _generation: int
+
+
+def _assign(**values: Unpack[_State]) -> None:
+    """Set recorder state (see `_State`): the only writer of the module's state."""
+    globals().update(values)
+
+
 def arm(cap: int, new_stack_hook: Callable[[TimerStack], None] | None,
         merge_hook: Callable[[TimerNode, tuple[int, int]], None] | None = None) -> None:
     """Record spans: stacks with a trace append records (up to `cap` per buffer), every new
     stack goes to `new_stack_hook`, and merges of tagged roots to `merge_hook`."""
-    global buffer_cap, on_new_stack, on_merge
-    buffer_cap, on_new_stack = cap, new_stack_hook
-    on_merge = merge_hook
+    _assign(buffer_cap=cap, on_new_stack=new_stack_hook, on_merge=merge_hook)
 
 
 def disarm() -> None:
     """Stop recording spans (aggregates go on)."""
-    global buffer_cap, on_new_stack
-    buffer_cap, on_new_stack = 0, None
+    _assign(buffer_cap=0, on_new_stack=None)
 
 
 def _register_stack(stack: TimerStack) -> None:
-    global _next_slot, tally
     with _registry_lock:
         _all_stacks.append(stack)
         slot = _next_slot
         if slot >= len(tally):  # a shared tally grows (`on_tally_full`), else slots share
             grown = on_tally_full(slot) if on_tally_full is not None else None
             if grown is not None and slot < len(grown):
-                tally = grown  # the same file, mapped larger: no store is lost
+                _assign(tally=grown)  # the same file, mapped larger: no store is lost
             else:
                 slot = len(tally) - 1
         stack.slot = slot
-        _next_slot += 1
+        _assign(_next_slot=_next_slot + 1)
     hook = on_new_stack
     if hook is not None:
         hook(stack)
@@ -493,6 +553,11 @@ def thread_stack() -> TimerStack:
 def active_stack() -> TimerStack | None:
     """The current thread's active stack, None if it has not timed anything yet."""
     return getattr(_local, "stack", None)
+
+
+def stack_of_thread(ident: int) -> TimerStack | None:
+    """Thread `ident`'s own stack; None if it has timed nothing."""
+    return _thread_timer_stacks.get(ident)
 
 
 def set_active_stack(stack: TimerStack | None) -> TimerStack | None:
@@ -532,11 +597,10 @@ def new_span_id() -> int:
 
 
 def _random_trace_id() -> int:
-    global _random
     if _random is None:  # imported on first use: worker start-up does not pay for it
         import random
 
-        _random = random.Random(os.urandom(16))
+        _assign(_random=random.Random(os.urandom(16)))
     return _random.getrandbits(128) or 1  # type: ignore[no-any-return]
 
 
@@ -560,14 +624,13 @@ def swap_clock_and_ids(clock: Callable[[], int], span_ids: itertools.count[int],
                                                      IdSource]:
     """Replace the clock (perf_counter_ns), the span id sequence and the trace id source;
     returns the previous three (for `otel_rl.testing`'s deterministic mode)."""
-    global perf_counter_ns, _ids, _trace_ids, _other_ids
     previous = (perf_counter_ns, _ids, _trace_ids)
     if _swapped and _swapped[-1][0] is span_ids:  # swapping back
-        _other_ids = _swapped.pop()[1]
+        other_ids = _swapped.pop()[1]
     else:  # one sequence for every span: deterministic
         _swapped.append((_ids, _other_ids))
-        _other_ids = span_ids
-    perf_counter_ns, _ids, _trace_ids = clock, span_ids, trace_ids
+        other_ids = span_ids
+    _assign(perf_counter_ns=clock, _ids=span_ids, _trace_ids=trace_ids, _other_ids=other_ids)
     return previous
 
 
@@ -576,12 +639,10 @@ _swapped: list[tuple[itertools.count[int], itertools.count[int]]] = []
 
 def reseed_ids() -> None:
     """After a fork: fresh id sequences so parent and child never collide."""
-    global _ids, _other_ids, _random
-    _random = None
     first = int.from_bytes(os.urandom(8), "big") >> 2 | 1
-    _ids = itertools.count(first)
+    _assign(_random=None, _ids=itertools.count(first),
+            _other_ids=itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1))
     tally[1] = first
-    _other_ids = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2 | 1)
 
 
 reseed_ids()
@@ -591,19 +652,16 @@ def use_tally(slots: MutableSequence[int],
               grow: Callable[[int], MutableSequence[int] | None] | None = None) -> None:
     """Count in `slots` from now on (what was counted so far is copied into it): timed
     blocks store their span ids there (`_tallied_enter`); `grow` becomes `on_tally_full`."""
-    global tally, on_tally_full
     slots[:] = tally
-    tally = slots
-    on_tally_full = grow
+    _assign(tally=slots, on_tally_full=grow)
     _swap_enter(_tallied_enter)
 
 
 def _swap_enter(enter: Callable[[hierarchical_timer], TimerNode]) -> None:
     """Make `enter` the plain `__enter__` (what `use_stack_lookup`'s wraps, too)."""
-    global _plain_enter
     if hierarchical_timer.__enter__ is _plain_enter:
         hierarchical_timer.__enter__ = enter  # type: ignore[method-assign]
-    _plain_enter = enter
+    _assign(_plain_enter=enter)
 
 
 def tallied() -> int:
@@ -631,14 +689,11 @@ def reset_after_fork() -> TimerStack:
     as with ML-Agents (the child's `get_timer_tree()` starts from a copy of the parent's). What
     that copy holds is the parent's: it is marked as merged-in, so the child's whole-run
     contribution holds only what the child records itself."""
-    global _registry_lock, _generation, tally, _tally_lock, _next_slot
-    _registry_lock = threading.Lock()
-    _generation += 1
     # The parent's counters (maybe its shared file) are not the child's to count in.
-    tally = [0] * TALLY_SLOTS
+    _assign(_registry_lock=threading.Lock(), _generation=_generation + 1,
+            tally=[0] * TALLY_SLOTS, _tally_lock=threading.Lock(),
+            _next_slot=FIRST_STACK_SLOT + 1)
     _swap_enter(_untallied_enter)
-    _tally_lock = threading.Lock()
-    _next_slot = FIRST_STACK_SLOT + 1
     ident = threading.get_ident()
     survivor = _thread_timer_stacks.get(ident)
     _all_stacks.clear()
@@ -893,8 +948,12 @@ _gpu_opt_in: Callable[[hierarchical_timer, str, bool | None], None] = _no_gpu_ti
 
 def set_gpu_opt_in(opt_in: Callable[[hierarchical_timer, str, bool | None], None]) -> None:
     """Plug in GPU timing's opt-in (`otel_rl.timers`' loader of the `gpu` module)."""
-    global _gpu_opt_in
-    _gpu_opt_in = opt_in
+    _assign(_gpu_opt_in=opt_in)
+
+
+def keep_gpu_choice(timer: hierarchical_timer, gpu: bool) -> None:
+    """Remember `timer`'s explicit ``gpu=`` choice (for its decorator form; `gpu.opt_in`)."""
+    timer._gpu_opt = gpu
 
 
 _plain_init = hierarchical_timer.__init__
@@ -918,93 +977,28 @@ def use_gpu_blocks(on: bool) -> None:
 
 def set_retire_hook(hook: Callable[[TimerStack, TimerNode], None] | None) -> None:
     """Called by `TimerStack.reset` with the stack and its old root (GPU timing's hook)."""
-    global on_retire
-    on_retire = hook
+    _assign(on_retire=hook)
 
 
 def set_startup_argv(argv: str | None) -> None:
     """The command line as Python had it while starting (zero-code mode configures otel_rl
     before ``-m module`` rewrites sys.argv); `fix_argv` records the real one."""
-    global startup_argv
-    startup_argv = argv
+    _assign(startup_argv=argv)
 
 
 # --- The whole-run view of this process -------------------------------------------------------
 
-def own_copy(node: TimerNode) -> TimerNode | None:
-    """A copy of `node` without what `merge` brought in; None when nothing is left.
-    Iterative (children before parents): trees thousands of blocks deep are ordinary."""
-    order: list[tuple[TimerNode, TimerNode | None]] = []  # (node, its parent), parents first
-    todo: list[tuple[TimerNode, TimerNode | None]] = [(node, None)]
-    while todo:
-        item = todo.pop()
-        order.append(item)
-        todo.extend((child, item[0]) for child in list(item[0].children.values()))
-    copies: dict[int, dict[str, TimerNode]] = {}  # id(node) -> its kept children's copies
-    result: TimerNode | None = None
-    for current, parent in reversed(order):
-        children = copies.pop(id(current), {})
-        count = current.count - current.merged_count
-        copy: TimerNode | None = None
-        if count > 0 or children:
-            copy = TimerNode(current.name)
-            copy.total = max(0.0, current.total - current.merged_total)
-            copy.count = max(0, count)
-            copy.gpu_total = current.gpu_total
-            copy.gpu_count = current.gpu_count
-            # Children in the original's order (the walk above visits them reversed).
-            copy.children = {name: children[name] for name in current.children
-                             if name in children}
-        if parent is None:
-            result = copy
-        elif copy is not None:
-            copies.setdefault(id(parent), {})[copy.name] = copy
-    return result
-
-
-def merge_into(target: TimerNode, source: TimerNode, parallel: bool) -> None:
-    """Add `source`'s children into `target`'s, flagging them parallel when asked
-    (iteratively, like every whole-tree walk)."""
-    todo = [(target, source)]
-    while todo:
-        into, src = todo.pop()
-        for name, child in src.children.items():
-            dest = into.get_child(name)
-            dest.total += child.total
-            dest.count += child.count
-            dest.gpu_total += child.gpu_total
-            dest.gpu_count += child.gpu_count
-            dest.is_parallel |= parallel
-            todo.append((dest, child))
-
-
-def lift(own: TimerNode, fork_path: tuple[str, ...]) -> TimerNode:
-    """A forked child's own blocks relative to the block that started it: what it recorded
-    inside the blocks open at the fork (`fork_path`) moves up to the root. Blocks it ran after
-    leaving one of those (a plain `os.fork()` child returning) move up too."""
-    result = TimerNode("root")
-    node = own
-    for name in fork_path:
-        inner = node.children.pop(name, None)
-        merge_into(result, node, False)
-        if inner is None:
-            return result
-        node = inner
-    merge_into(result, node, False)
-    return result
-
-
 def _own(stack: TimerStack) -> TimerNode | None:
-    own = own_copy(stack.root)
+    own = stack.root.own_copy()
     if own is not None and stack.fork_path:
-        own = lift(own, stack.fork_path)
+        own = own.lifted(stack.fork_path)
     return own
 
 
 def _retire(stack: TimerStack) -> None:
     own = _own(stack)
     if own is not None:
-        merge_into(stack.retired, own, False)
+        stack.retired.merge_children(own)
     for name, gauge in stack.gauges.items():
         # What this stack set itself (not what `merge_gauges` copied in), by the one rule.
         mine = gauge.as_gauge(gauge.count - stack.merged_gauge_counts.get(name, 0))
@@ -1018,18 +1012,16 @@ def _retire(stack: TimerStack) -> None:
 def stack_contribution(stack: TimerStack) -> TimerNode:
     """Everything `stack` recorded (its own blocks, resets included) as one root node."""
     result = TimerNode("root")
-    merge_into(result, stack.retired, False)
+    result.merge_children(stack.retired)
     own = _own(stack)
     if own is not None:
-        merge_into(result, own, False)
+        result.merge_children(own)
     return result
 
 
 def reset_for_tests() -> None:
     """Forget every stack (tests only; never while blocks are open)."""
-    global _generation, tally
-    _generation += 1
-    tally = [0] * TALLY_SLOTS
+    _assign(_generation=_generation + 1, tally=[0] * TALLY_SLOTS)
     _swap_enter(_untallied_enter)
     with _registry_lock:
         _all_stacks.clear()

@@ -23,23 +23,25 @@ from otel_rl._internal import jsonout, log
 from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch, Columns
-from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
+from otel_rl._internal.wholerun import Snapshot, received
 
-_HEADER = struct.Struct("!IB")
+FRAME_HEADER = struct.Struct("!IB")
 KIND_SNAPSHOT = 2
 KIND_COLUMNS = 3
 MAX_FRAME = 256 * 1024 * 1024
 _LEN = struct.Struct("!I")
-#: Record columns as arrays: span id, parent id, name index, start, end, thread id, trace index.
+#: Record columns as arrays, in `record.FIELDS` order (the records are zipped and unzipped
+#: whole): span id, parent id, name index, start, end, thread id, trace index; extras in JSON.
 _COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
-def _encode(kind: int, payload: Any) -> bytes:
+def encode_frame(kind: int, payload: Snapshot) -> bytes:
+    """A frame of `kind` holding `payload` as JSON (nodes as their timers.json dicts)."""
     body = jsonout.dumps(payload, separators=(",", ":"), allow_nan=True,
                          default=json_default).encode("utf-8")
-    return _HEADER.pack(len(body), kind) + body
+    return FRAME_HEADER.pack(len(body), kind) + body
 
 
 def encode_columns(batch: Batch) -> bytes:
@@ -63,7 +65,7 @@ def encode_columns(batch: Batch) -> bytes:
         "extras": {str(i): e for i, e in enumerate(extras) if e is not None},
     }, separators=(",", ":")).encode("utf-8")
     body = b"".join([_LEN.pack(len(header)), header, *(c.tobytes() for c in columns)])
-    return _HEADER.pack(len(body), KIND_COLUMNS) + body
+    return FRAME_HEADER.pack(len(body), KIND_COLUMNS) + body
 
 
 def decode_columns(body: bytes) -> Batch:
@@ -194,16 +196,16 @@ class RelayServer:
                     log.warning("otel_rl: relay close hook failed: %r", exc)
             return False
         buf += chunk
-        while len(buf) >= _HEADER.size:
-            length, kind = _HEADER.unpack_from(buf)
+        while len(buf) >= FRAME_HEADER.size:
+            length, kind = FRAME_HEADER.unpack_from(buf)
             if length > MAX_FRAME:
                 log.warning("otel_rl: relay frame too large (%d bytes); closing", length)
                 self._close(conn)
                 return True
-            if len(buf) < _HEADER.size + length:
+            if len(buf) < FRAME_HEADER.size + length:
                 break
-            body = bytes(buf[_HEADER.size:_HEADER.size + length])
-            del buf[:_HEADER.size + length]
+            body = bytes(buf[FRAME_HEADER.size:FRAME_HEADER.size + length])
+            del buf[:FRAME_HEADER.size + length]
             self._dispatch(kind, body, conn)
         return True
 
@@ -212,10 +214,10 @@ class RelayServer:
             if kind == KIND_COLUMNS:
                 self._on_batch(decode_columns(body))
             elif kind == KIND_SNAPSHOT:
-                snapshot = loads_deep(body)
+                snapshot: Snapshot = loads_deep(body)  # type: ignore[assignment]
                 if conn is not None and isinstance(snapshot.get("pid"), int):
                     self._pids[conn] = snapshot["pid"]
-                self._on_snapshot(snapshot)  # type: ignore[arg-type]
+                self._on_snapshot(received(snapshot))
         except Exception as exc:  # a malformed frame costs that frame only
             log.warning("otel_rl: ignoring a malformed relay frame: %r", exc)
 
@@ -327,7 +329,7 @@ class RelayClient(Sink):
                 fallback([batch])
 
     def send_snapshot(self, snapshot: Snapshot) -> None:
-        self._send(_encode(KIND_SNAPSHOT, snapshot))
+        self._send(encode_frame(KIND_SNAPSHOT, snapshot))
 
     def after_flush(self) -> None:
         """Called once a flush has handed everything to the sinks (each frame is already

@@ -46,22 +46,18 @@ from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
+from otel_rl._internal.record import Record, make
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
-from otel_rl._internal.shapes import (
-    MainWorker,
-    OpenBlockInfo,
-    Record,
-    Snapshot,
-    TimersDict,
-    TreeInputs,
-)
+from otel_rl._internal.shapes import OpenBlockInfo, TimersDict
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 from otel_rl._internal.threads import start_daemon
+from otel_rl._internal.wholerun import MainWorker, Snapshot, TreeInputs
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.transport import OtlpTransport
     from otel_rl._internal.relay import RelayClient, RelayServer
+    from otel_rl._internal.windows import Windower
 
 TIMERS_FILE = "timers.json"
 SPANS_FILE = "spans.otlp.jsonl"
@@ -157,7 +153,7 @@ class Runtime:
             self.root_run = (self.trace.trace_id, self.run_span_id)
         self.windower: Any = None
         if self.spans_on and settings.spans == "auto" and self.relay_client is None:
-            self.windower = self._windower()
+            self.windower = self.make_windower()
             self.pipeline.transform = self._windowed
         self.metrics: Any = None
         if (not settings.disabled and self.relay_client is None and settings.metrics is not False
@@ -176,7 +172,7 @@ class Runtime:
                                  f"time windows failed ({exc!r}); exporting unwindowed")
             return batches
 
-    def _windower(self) -> Any:
+    def make_windower(self) -> Windower:
         from otel_rl._internal.windows import Windower
 
         s = self.settings
@@ -196,7 +192,7 @@ class Runtime:
         return [[sid, psid, name, start, st.tid] for st in recorder.all_stacks()
                 if st.trace is not None for sid, psid, name, start in st.open_blocks()]
 
-    def _relayed(self) -> list[Snapshot]:
+    def relayed_snapshots(self) -> list[Snapshot]:
         """The latest snapshot of every relaying worker (children's children included)."""
         with self.snapshots_lock:
             todo = list(self.snapshots.values())
@@ -212,7 +208,7 @@ class Runtime:
         relaying workers', for continuation spans: (pid, span, parent, name, start, thread)."""
         result: list[OpenBlockInfo] = [(self.pid, sid, psid, name, start, tid)
                                        for sid, psid, name, start, tid in self._own_open()]
-        for snap in self._relayed():
+        for snap in self.relayed_snapshots():
             pid = int(snap.get("pid") or 0)
             for block in snap.get("open") or ():
                 if isinstance(block, list) and len(block) == 5:
@@ -225,7 +221,7 @@ class Runtime:
         """Per process: the span ids its threads' top-level blocks hang under."""
         result: dict[Any, set[int]] = {
             self.pid: {st.base.span_id for st in recorder.all_stacks() if st.base is not None}}
-        for snap in self._relayed():
+        for snap in self.relayed_snapshots():
             result.setdefault(snap.get("pid"), set()).update(
                 int(x) for x in snap.get("bases") or () if isinstance(x, int))
         return result
@@ -447,7 +443,7 @@ class Runtime:
         else:
             inputs = self.tree_inputs(end_ns)
             payload, kind = inputs, "main"
-            tree = wholerun.build(**ledger_hooks.checkpoint_inputs(inputs, final))
+            tree = wholerun.build(**ledger_hooks.checkpoint_inputs(inputs, final)).to_dict()
         self.emit_aggregate(payload, kind, final, end_ns)
         self.pending_timers = tree if self.output_dir else None
 
@@ -469,17 +465,14 @@ class Runtime:
                 attrs[semconv.RUN_ID] = self.run_id
                 if self.windower is not None and self.windower.main:
                     attrs[semconv.WINDOWS] = sorted(self.windower.kept)
-            self.pipeline.buffer.append((recorder.new_span_id(), run_span, aggregates.NAME,
-                                         end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
+            self.pipeline.buffer.append(make(recorder.new_span_id(), run_span, aggregates.NAME,
+                                             end_ns, end_ns, tid, run_trace, {"attrs": attrs}))
             recorder.tally_add(1)
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_span(self, end_ns: int) -> None:
         stacks = recorder.all_stacks()
-        attrs: dict[str, Any] = {}
-        for name, g in contribute.stack_gauges(stacks).items():
-            for key in ("value", "min", "max", "count"):
-                attrs[f"{semconv.GAUGE_PREFIX}{name}.{key}"] = g[key]
+        attrs: dict[str, Any] = aggregates.gauge_attributes(contribute.stack_gauges(stacks))
         run_stack = self.run_stack
         if run_stack is not None and not self.is_worker:
             for key, value in self.run_metadata(run_stack).items():
@@ -492,9 +485,9 @@ class Runtime:
             attrs[semconv.KIND] = semconv.KIND_PROCESS
             run_trace, run_span = self.root_run
             parent = run_span if run_trace == self.trace.trace_id else self.run_span_id
-            record: Record = (recorder.new_span_id(), parent,
-                              f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
-                              self.trace.trace_id, {"attrs": attrs})
+            record: Record = make(recorder.new_span_id(), parent,
+                                  f"process {self.role or 'worker'}", self.start_ns, end_ns, tid,
+                                  self.trace.trace_id, {"attrs": attrs})
         else:
             attrs[semconv.KIND] = semconv.KIND_RUN
             attrs[semconv.RUN_ID] = self.run_id
@@ -503,9 +496,8 @@ class Runtime:
                 attrs[semconv.COMPONENT], attrs[semconv.COMPONENT_ROLE], \
                     attrs[semconv.COMPONENT_INDEX] = main
             start = run_stack.run_start if run_stack is not None else self.start_ns
-            record = (self.run_span_id, self.external_parent, "run", start, end_ns, tid,
-                      self.trace.trace_id,
-                      {"attrs": attrs})
+            record = make(self.run_span_id, self.external_parent, "run", start, end_ns, tid,
+                          self.trace.trace_id, {"attrs": attrs})
         self.pipeline.buffer.append(record)
         recorder.tally_add(1)
 
@@ -535,7 +527,8 @@ class Runtime:
                 "notes": list(self.notes)}
 
     def whole_run_tree(self, end_ns: int) -> TimersDict:
-        return wholerun.build(**self.tree_inputs(end_ns))
+        """This process's whole-run timers.json (a worker's own file)."""
+        return wholerun.build(**self.tree_inputs(end_ns)).to_dict()
 
     def _main_worker(self, run_stack: TimerStack) -> MainWorker | None:
         """The run's own thread as a `workers` entry, when a named Timing gave it a role."""
@@ -611,8 +604,8 @@ class Runtime:
             if trace is None:
                 continue
             for sid, psid, name, start in st.open_blocks():
-                trace.sink.append((sid, psid, name, start, end_ns, st.tid, trace.trace_id,
-                                   {"attrs": attrs}))
+                trace.sink.append(make(sid, psid, name, start, end_ns, st.tid, trace.trace_id,
+                                       {"attrs": attrs}))
 
     def _write_timers_dict(self, tree: TimersDict, quiet: bool = False) -> None:
         if not self.output_dir:

@@ -1,41 +1,21 @@
 """The data shapes that cross otel_rl's module seams, as types (a leaf: imports nothing).
 
-- A span *record* (`Record`): the hot path's compact tuple, with its rare `Extra`.
 - *Attributes*: what a span or resource attribute may hold (OTel's AnyValue subset we write).
-- The whole-run tree's wire format (`NodeDict`, `GaugeDict`, `Contribution`, `Snapshot`): what
-  a process describes of its own blocks, sent from workers to the parent over the relay and
-  kept in aggregate spans. It is JSON: what comes back from ``json.loads`` is trusted to have
-  this shape only because otel_rl itself wrote it.
+- The whole-run tree's wire format (`NodeDict`, `GaugeDict`, `TimersDict`): timers.json, and
+  the trees inside what a process describes of its own blocks (`wholerun.Snapshot`), sent
+  from workers to the parent over the relay and kept in aggregate spans. It is JSON: what
+  comes back from ``json.loads`` is trusted to have this shape only because otel_rl itself
+  wrote it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TypedDict
-
-if TYPE_CHECKING:
-    from typing import NotRequired  # 3.11+; annotations here are strings, so 3.10 never needs it
-
-    from otel_rl._internal.node import TreeNode
+from typing import TypedDict
 
 Scalar = str | bool | int | float
 AttributeValue = Scalar | Sequence[Scalar]
 Attributes = Mapping[str, AttributeValue]
-
-
-class Extra(TypedDict, total=False):
-    """A record's rare parts: an exception (type, message, stack), a link to another span
-    (trace id, span id), the `auto` policy's sampling verdict, extra attributes."""
-
-    error: Sequence[str]
-    link: Sequence[int]
-    sampled: str
-    attrs: Mapping[str, AttributeValue]
-
-
-#: (span id, parent span id, name, start ns, end ns, thread id, trace id, extra);
-#: times are perf_counter_ns, turned into epoch ns by the batch's offset.
-Record = tuple[int, int, str, int, int, int, int, Extra | None]
 
 
 class NodeDict(TypedDict, total=False):
@@ -80,78 +60,6 @@ class TimersDict(NodeDict, total=False):
     workers: list[WorkerDict]
     complete: bool
     notes: list[str]
-
-
-class ComponentDict(TypedDict, total=False):
-    name: str
-    role: str
-    index: int
-
-
-class Contribution(TypedDict, total=False):
-    """What one stack recorded, and where it goes in the whole-run tree. In the process that
-    made it, `tree` is the stack's snapshot node itself (no dict on the way to the process's
-    own timers.json); written out (relay, aggregate spans) it is the node's dict
-    (`node.json_default`)."""
-
-    path: list[str]
-    parallel: bool
-    tree: NodeDict | TreeNode
-    pid: int
-    tid: int
-    component: ComponentDict
-
-
-class Snapshot(TypedDict, total=False):
-    """A worker process's cumulative description of itself (and of its own workers)."""
-
-    pid: int
-    role: str
-    index: int
-    contributions: list[Contribution]
-    gauges: dict[str, GaugeDict]
-    dropped: int
-    placements: list[list[object]]
-    #: For the parent's windows (`auto`): blocks open now, as [span id, parent span id, name,
-    #: start ns, thread id], and the span ids this process's threads hang under.
-    open: list[list[object]]
-    bases: list[int]
-    #: Training scalars (`metrics.record_scalar`): [category, tag, value, step, time ns].
-    scalars: list[list[object]]
-    children: list[Snapshot]
-    #: For the parent's ledger (`ledger_hooks`): records recorded so far, whether this is the
-    #: worker's last snapshot, and (set by the parent) why a worker that died is partial.
-    recorded: int
-    final: bool
-    died: str
-    #: The worker's shared record count (`tallyfile`), read by the parent if it is killed.
-    tally: str
-    #: Records this worker counted lost because one of its own workers died.
-    killed: int
-
-
-class MainWorker(TypedDict):
-    """The run's own thread as a ``workers`` entry (a named Sample Factory Timing's role)."""
-
-    role: str
-    index: int
-    pid: int
-    tid: int
-
-
-class TreeInputs(TypedDict):
-    """What the main process makes the whole-run timers.json from (`wholerun.build`'s
-    arguments; also the payload of its aggregate spans)."""
-
-    local: list[Contribution]
-    snapshots: list[Snapshot]
-    root_total: float
-    gauges: dict[str, GaugeDict]
-    metadata: dict[str, str]
-    places: list[list[object]]
-    main: MainWorker | None
-    #: What the tree lacks (workers that ended without delivering): marks it incomplete.
-    notes: NotRequired[list[str]]
 
 
 #: An open block, for continuation spans: (pid, span id, parent span id, name, start ns, tid).

@@ -19,19 +19,27 @@ from typing import cast
 
 from otel_rl._internal import recorder
 
-__all__ = ["count", "remove", "remove_run", "share", "sharing"]
+__all__ = ["count", "folder", "prefix", "remove", "remove_run", "share", "sharing"]
 
 _SIZE = 8 * recorder.TALLY_SLOTS
 #: This process's mappings (kept open for the process's life: a thread may still store through
 #: an older, smaller one; all map the same file, so its stores land in the grown one too).
 _mappings: list[object] = []
 #: The shared file this process counts in, its pid, and the tally in use.
-_path: str | None = None
-_owner = 0
-_slots: MutableSequence[int] | None = None
 
 
-def _folder() -> str:
+class _Shared:
+    """The shared file this process counts in, its pid, and the tally in use."""
+
+    path: str | None = None
+    owner = 0
+    slots: MutableSequence[int] | None = None
+
+
+_shared = _Shared()
+
+
+def folder() -> str:
     """/dev/shm where it is writable (memory), else the temp dir (on disk: the page cache
     still keeps a killed process's stores); `share` fails if neither takes the file."""
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
@@ -42,7 +50,8 @@ def _folder() -> str:
         return "/dev/shm"
 
 
-def _prefix(run_id: str) -> str:
+def prefix(run_id: str) -> str:
+    """The start of every shared-file name of run `run_id`."""
     return "otel-rl-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) + "-"
 
 
@@ -65,38 +74,38 @@ def _map(path: str, size: int, create: bool) -> MutableSequence[int]:
 def share(run_id: str) -> str | None:
     """Count in a shared file from now on; its path (None: it could not be made, and the
     parent falls back to the worker's last report)."""
-    global _path, _owner, _slots
 
-    path = os.path.join(_folder(), f"{_prefix(run_id)}{os.getpid()}.tally")
+    path = os.path.join(folder(), f"{prefix(run_id)}{os.getpid()}.tally")
     try:
         # (as large as the tally in use: a process counting again after it grew)
         slots = _map(path, max(_SIZE, 8 * len(recorder.tally)), create=True)
     except (OSError, ValueError):
         return None
-    _path, _owner, _slots = path, os.getpid(), slots
+    _shared.path, _shared.owner, _shared.slots = path, os.getpid(), slots
     recorder.use_tally(slots, _grow)
     return path
 
 
 def sharing() -> bool:
     """This process counts in a shared file now."""
-    return _slots is not None and _owner == os.getpid() and recorder.tally is _slots
+    slots = _shared.slots
+    return slots is not None and _shared.owner == os.getpid() and recorder.tally is slots
 
 
 def _grow(slot: int) -> MutableSequence[int] | None:
     """More stacks than slots (over 4,094 threads): the same file, mapped twice as large;
     every stack keeps a slot of its own, so the count stays exact at any thread count."""
-    global _slots
-    if _path is None or _owner != os.getpid() or recorder.tally is not _slots:
+    path, slots = _shared.path, _shared.slots
+    if path is None or slots is None or _shared.owner != os.getpid() or recorder.tally is not slots:
         return None  # a forked child, or counting elsewhere now
-    size = 8 * len(_slots)
+    size = 8 * len(slots)
     while size <= 8 * slot:
         size *= 2
     try:
-        _slots = _map(_path, size, create=False)
+        slots = _shared.slots = _map(path, size, create=False)
     except (OSError, ValueError):
         return None
-    return _slots
+    return slots
 
 
 def count(path: str) -> int | None:
@@ -114,14 +123,14 @@ def count(path: str) -> int | None:
 def remove_run(run_id: str) -> None:
     """Every tally file of run `run_id` (the main process, at its end: workers that died
     before their first report, or exited without a word, leave theirs)."""
-    prefix = _prefix(run_id)
+    start = prefix(run_id)
     try:
-        names = [name for name in os.listdir(_folder())
-                 if name.startswith(prefix) and name.endswith((".tally", ".ledger"))]
+        names = [name for name in os.listdir(folder())
+                 if name.startswith(start) and name.endswith((".tally", ".ledger"))]
     except OSError:
         return
     for name in names:
-        remove(os.path.join(_folder(), name))
+        remove(os.path.join(folder(), name))
 
 
 def remove(path: str) -> None:
@@ -131,3 +140,6 @@ def remove(path: str) -> None:
             os.unlink(path)
         except OSError:
             pass
+
+
+_folder, _prefix = folder, prefix  # (the names the tests used)

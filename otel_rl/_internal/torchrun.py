@@ -212,7 +212,7 @@ def _become_node(rt: Any, index: int) -> None:
     rt.resource[semconv.WORKER_ROLE] = "node"
     rt.resource[semconv.WORKER_INDEX] = index
     if rt.windower is not None:  # a worker's windows: no re-parenting of other processes
-        rt.windower = rt._windower()
+        rt.windower = rt.make_windower()
 
 
 def joined_as_node(folder: str | None) -> bool:

@@ -91,8 +91,7 @@ def build_tree(spans: Iterable[SpanData]) -> Tree:
 
 def tree_from_aggregates(collected: aggregates.Collected, notes: list[str] | None = None) -> Tree:
     """The whole-run tree from the latest aggregate of each process (see `aggregates`)."""
-    data, more = aggregates.build(collected)
-    tree = Tree.from_dict(data)
+    tree, more = aggregates.build(collected)
     tree.notes = list(notes or []) + tree.notes + more  # tree.notes: workers that died
     tree.complete = not tree.notes
     return tree
@@ -143,24 +142,6 @@ def _add_gpu(node: TreeNode, span: SpanData) -> None:
             count = _int(span.attributes.get(semconv.GPU_COUNT), 1)
         node.gpu_total += float(seconds)
         node.gpu_count += count
-
-
-def _gauges(attributes: dict[str, Any]) -> dict[str, Gauge]:
-    fields: dict[str, dict[str, Any]] = {}
-    for key, value in attributes.items():
-        if key.startswith(semconv.GAUGE_PREFIX):
-            name, _, part = key[len(semconv.GAUGE_PREFIX) :].rpartition(".")
-            if name and part in ("value", "min", "max", "count"):
-                fields.setdefault(name, {})[part] = value
-    gauges = {}
-    for name, parts in fields.items():
-        value = parts.get("value")
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        gauges[name] = Gauge(
-            value, parts.get("min", value), parts.get("max", value), _int(parts.get("count"), 1)
-        )
-    return gauges
 
 
 class _Builder:
@@ -229,7 +210,7 @@ class _Builder:
         )
         # Gauges in end order: as in ML-Agents' GaugeNode.merge, the later value wins.
         for span in sorted(self.run_spans + processes, key=lambda s: s.end_ns):
-            for name, gauge in _gauges(span.attributes).items():
+            for name, gauge in Gauge.from_attributes(span.attributes).items():
                 if name in self.tree.gauges:
                     self.tree.gauges[name].merge(gauge)
                 else:

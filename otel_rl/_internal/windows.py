@@ -19,6 +19,7 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, Record, make
 
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
@@ -160,7 +161,7 @@ class Windower:
             return remap(self.run_span, k), True
         return parent, False
 
-    def _emit(self, key: Any, k: int, record: Any) -> None:
+    def _emit(self, key: Any, k: int, record: Record) -> None:
         sid, psid, name, start, end, tid, _trace, extra = record
         parent, moved = self._parent(key, k, psid)
         if moved:
@@ -170,7 +171,7 @@ class Windower:
         if present is not None:
             present.add(remap(sid, k))
         self.sources[key].records.append(
-            (remap(sid, k), parent, name, start, end, tid, self.trace_id(k), extra))
+            make(remap(sid, k), parent, name, start, end, tid, self.trace_id(k), extra))
         self.stats["exported"] += 1
 
     def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
@@ -194,8 +195,8 @@ class Windower:
         if present is not None:
             present.add(remap(sid, k))
         self.sources[key].records.append(
-            (remap(sid, k), parent, name, max(start, lo), min(end, hi),
-             tid, self.trace_id(k), {"attrs": _CONTINUATION}))
+            make(remap(sid, k), parent, name, max(start, lo), min(end, hi),
+                 tid, self.trace_id(k), {"attrs": _CONTINUATION}))
         self.stats["continuations"] += 1
 
     def _outlier(self, name: str, duration: int) -> bool:
@@ -241,14 +242,14 @@ class Windower:
         cap = self._cap
         t0, width = self.t0, self.width  # `_index`, inlined: this loop runs per record
         for record in batch.records:
-            extra = record[7]
+            extra = record[EXTRA]
             if extra is not None:
                 attrs = extra.get("attrs")
                 if attrs and attrs.get(semconv.KIND) in _PASS_KINDS:
                     out.append(record)
                     continue
-            start = record[3] + offset
-            end = record[4] + offset
+            start = record[START] + offset
+            end = record[END] + offset
             k = (start - t0) // width
             if k < 0:
                 k = 0
@@ -259,7 +260,7 @@ class Windower:
                 window = windows.get(k)
                 if window is None:
                     window = windows[k] = _Window(scheduled(k, self.every), cap)
-                if (outliers and self._outlier(record[2], end - start) and window.since is None
+                if (outliers and self._outlier(record[NAME], end - start) and window.since is None
                         and isinstance(window.records, deque)):
                     window.keep_from(start, end - start)
                 if window.admits(start, end):
@@ -273,15 +274,15 @@ class Windower:
                     self._emit(key, k, record)
             else:
                 if outliers:
-                    self._outlier(record[2], end - start)
+                    self._outlier(record[NAME], end - start)
                 self.stats["sampled_out"] += 1
             if e > k:
                 self._long(key, record, k, e)
             if self._continued:
-                self._continued.pop((key, record[0]), None)
+                self._continued.pop((key, record[SPAN_ID]), None)
 
-    def _long(self, key: Any, record: Any, k: int, e: int) -> None:
-        sid, psid, name, start, end, tid = record[:6]
+    def _long(self, key: Any, record: Record, k: int, e: int) -> None:
+        sid, psid, name, start, end, tid, _trace, _extra = record
         for j in range(k + 1, e + 1):
             if j >= self.next_close:
                 window = self.windows.get(j)
@@ -342,8 +343,8 @@ class Windower:
         # Every span this window will hold, so that a block whose starter has ended (and is
         # in no window) hangs under the window span instead of a missing parent.
         present = {remap(self.run_span, k)}
-        present.update(remap(item[1][0], k) for item in window.records)
-        present.update(remap(record[0], k) for _key, record in window.long)
+        present.update(remap(item[1][SPAN_ID], k) for item in window.records)
+        present.update(remap(record[SPAN_ID], k) for _key, record in window.long)
         present.update(remap(item[1], k) for item in opened)
         self._present[k] = present
         for old in [j for j in self._present if j < k - 3]:
@@ -353,7 +354,7 @@ class Windower:
         for key, record, _start, _end in window.records:
             self._emit(key, k, record)
         for key, record in window.long:
-            sid, psid, name, start, end, tid = record[:6]
+            sid, psid, name, start, end, tid, _trace, _extra = record
             self._continue(key, k, sid, psid, name, start, end, tid)
         for key, sid, psid, name, start, end, tid in opened:
             self._continue(key, k, sid, psid, name, start, end, tid, True)
@@ -370,5 +371,5 @@ class Windower:
             if self.window_attributes is not None:
                 attrs.update(self.window_attributes())
             self.sources[key].records.append(
-                (remap(self.run_span, k), 0, f"window {k}", lo - offset, hi - offset, 0,
-                 self.trace_id(k), {"attrs": attrs, "link": (self.run_trace, self.run_span)}))
+                make(remap(self.run_span, k), 0, f"window {k}", lo - offset, hi - offset, 0,
+                     self.trace_id(k), {"attrs": attrs, "link": (self.run_trace, self.run_span)}))

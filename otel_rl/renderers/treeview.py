@@ -216,27 +216,6 @@ def _incomplete_lines(tree: Tree) -> list[str]:
     return lines
 
 
-def _subtract(target: TreeNode, source: TreeNode) -> None:
-    """Take `source`'s children's totals and counts out of `target`'s, all the way down."""
-    pairs: list[tuple[TreeNode, TreeNode, TreeNode]] = []  # (parent, node, what to take out)
-    todo = [(target, source)]
-    while todo:
-        into, src_parent = todo.pop()
-        for name, src in src_parent.children.items():
-            node = into.children.get(name)
-            if node is not None:
-                pairs.append((into, node, src))
-                todo.append((node, src))
-    # Deepest first, so a node is removed only once its own children are settled.
-    for parent, node, src in reversed(pairs):
-        node.total = max(0.0, node.total - src.total)
-        node.count = max(0, node.count - src.count)
-        node.gpu_total = max(0.0, node.gpu_total - src.gpu_total)
-        node.gpu_count = max(0, node.gpu_count - src.gpu_count)
-        if node.count == 0 and not node.children:
-            del parent.children[node.name]
-
-
 def main_process_root(tree: Tree) -> TreeNode:
     """A copy of the root with every worker's blocks taken out: the main process's own tree."""
     root = tree.root.copy()
@@ -245,7 +224,7 @@ def main_process_root(tree: Tree) -> TreeNode:
         for name in worker.path:
             node = node.children.get(name) if node is not None else None
         if node is not None:
-            _subtract(node, worker.node)
+            node.subtract_children(worker.node)
     return root
 
 

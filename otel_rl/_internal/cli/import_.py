@@ -16,6 +16,7 @@ import time
 from otel_rl._internal import semconv
 from otel_rl._internal.cli.replay import add_endpoint_arguments, make_transport, send_all
 from otel_rl._internal.errors import UsageError, UserError
+from otel_rl._internal.node import Gauge
 from otel_rl._internal.otlp.requests import request_to_json_line
 from otel_rl._internal.otlp.spans import build_request
 from otel_rl._internal.readers.boundary import MAX_TIME_NS
@@ -64,11 +65,8 @@ def tree_to_spans(
     if root.is_parallel:
         run_attributes[IS_PARALLEL] = True
     for name, gauge in tree.gauges.items():
-        prefix = f"{semconv.GAUGE_PREFIX}{name}."
-        run_attributes[prefix + "value"] = float(gauge.value)
-        run_attributes[prefix + "min"] = float(gauge.min)
-        run_attributes[prefix + "max"] = float(gauge.max)
-        run_attributes[prefix + "count"] = int(gauge.count)
+        run_attributes.update(Gauge(float(gauge.value), float(gauge.min), float(gauge.max),
+                                    int(gauge.count)).to_attributes(name))
     for key, value in tree.metadata.items():
         run_attributes[semconv.METADATA_PREFIX + key] = value
     run_span = SpanData(

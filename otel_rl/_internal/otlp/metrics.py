@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from otel_rl._internal.otlp.records import _attributes, _len_field, _varint, resource_bytes
+from otel_rl._internal.otlp.records import attributes_field, len_field, resource_bytes, varint
 from otel_rl._internal.shapes import Attributes
 
 __all__ = ["Exemplar", "ExponentialPoint", "HistogramPoint", "Metric", "NumberPoint",
@@ -53,7 +53,7 @@ class NumberPoint:
         self.time_ns, self.start_ns = time_ns, start_ns
 
     def encode(self) -> bytes:
-        body = _attributes(7, self.attributes)
+        body = attributes_field(7, self.attributes)
         if self.start_ns:
             body += b"\x11" + _FIXED64.pack(self.start_ns)
         body += b"\x19" + _FIXED64.pack(self.time_ns)
@@ -80,18 +80,18 @@ class HistogramPoint:
     def encode(self) -> bytes:
         counts = b"".join(_FIXED64.pack(c) for c in self.counts)
         bounds = b"".join(_DOUBLE.pack(b) for b in self.bounds)
-        body = (_attributes(9, self.attributes)
+        body = (attributes_field(9, self.attributes)
                 + b"\x11" + _FIXED64.pack(self.start_ns) + b"\x19" + _FIXED64.pack(self.time_ns)
                 + b"\x21" + _FIXED64.pack(sum(self.counts)) + b"\x29" + _DOUBLE.pack(self.sum)
-                + _len_field(6, counts) + _len_field(7, bounds))
-        body += b"".join(_len_field(8, e.encode()) for e in self.exemplars)
+                + len_field(6, counts) + len_field(7, bounds))
+        body += b"".join(len_field(8, e.encode()) for e in self.exemplars)
         if self.min is not None and self.max is not None:
             body += b"\x59" + _DOUBLE.pack(self.min) + b"\x61" + _DOUBLE.pack(self.max)
         return body
 
 
 def _zigzag(value: int) -> bytes:
-    return _varint((value << 1) ^ (value >> 63) if value < 0 else value << 1)
+    return varint((value << 1) ^ (value >> 63) if value < 0 else value << 1)
 
 
 class ExponentialPoint:
@@ -109,14 +109,14 @@ class ExponentialPoint:
         self.exemplars = exemplars
 
     def encode(self) -> bytes:
-        buckets = b"\x08" + _zigzag(self.offset) + _len_field(
-            2, b"".join(_varint(c) for c in self.counts))
-        body = (_attributes(1, self.attributes)
+        buckets = b"\x08" + _zigzag(self.offset) + len_field(
+            2, b"".join(varint(c) for c in self.counts))
+        body = (attributes_field(1, self.attributes)
                 + b"\x11" + _FIXED64.pack(self.start_ns) + b"\x19" + _FIXED64.pack(self.time_ns)
                 + b"\x21" + _FIXED64.pack(sum(self.counts) + self.zero_count)
                 + b"\x29" + _DOUBLE.pack(self.sum) + b"\x30" + _zigzag(self.scale)
-                + b"\x39" + _FIXED64.pack(self.zero_count) + _len_field(8, buckets))
-        return body + b"".join(_len_field(11, e.encode()) for e in self.exemplars)
+                + b"\x39" + _FIXED64.pack(self.zero_count) + len_field(8, buckets))
+        return body + b"".join(len_field(11, e.encode()) for e in self.exemplars)
 
 
 class Metric:
@@ -131,31 +131,31 @@ class Metric:
         self.unit, self.description, self.monotonic = unit, description, monotonic
 
     def encode(self) -> bytes:
-        points = b"".join(_len_field(1, p.encode()) for p in self.points)
+        points = b"".join(len_field(1, p.encode()) for p in self.points)
         if self.kind == "gauge":
-            data = _len_field(5, points)
+            data = len_field(5, points)
         elif self.kind == "sum":
-            data = _len_field(7, points + b"\x10" + _varint(CUMULATIVE)
+            data = len_field(7, points + b"\x10" + varint(CUMULATIVE)
                               + b"\x18" + (b"\x01" if self.monotonic else b"\x00"))
         elif self.kind == "histogram":
-            data = _len_field(9, points + b"\x10" + _varint(CUMULATIVE))
+            data = len_field(9, points + b"\x10" + varint(CUMULATIVE))
         else:
-            data = _len_field(10, points + b"\x10" + _varint(CUMULATIVE))
-        head = _len_field(1, self.name.encode("utf-8", "replace"))
+            data = len_field(10, points + b"\x10" + varint(CUMULATIVE))
+        head = len_field(1, self.name.encode("utf-8", "replace"))
         if self.description:
-            head += _len_field(2, self.description.encode("utf-8", "replace"))
+            head += len_field(2, self.description.encode("utf-8", "replace"))
         if self.unit:
-            head += _len_field(3, self.unit.encode("utf-8", "replace"))
+            head += len_field(3, self.unit.encode("utf-8", "replace"))
         return head + data
 
 
 def _scope(name: str, version: str) -> bytes:
-    return _len_field(1, _len_field(1, name.encode()) + _len_field(2, version.encode()))
+    return len_field(1, len_field(1, name.encode()) + len_field(2, version.encode()))
 
 
 def encode_metrics(resource: Attributes, metrics: Iterable[Metric], *, scope: str = "otel_rl",
                    version: str = "0.1.0") -> bytes:
     """One ``ExportMetricsServiceRequest``: one resource, one scope, these metrics."""
-    body = b"".join(_len_field(2, m.encode()) for m in metrics if m.points)
-    scope_metrics = _len_field(2, _scope(scope, version) + body)
-    return _len_field(1, resource_bytes(resource) + scope_metrics)
+    body = b"".join(len_field(2, m.encode()) for m in metrics if m.points)
+    scope_metrics = len_field(2, _scope(scope, version) + body)
+    return len_field(1, resource_bytes(resource) + scope_metrics)

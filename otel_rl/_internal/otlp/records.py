@@ -14,26 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from otel_rl._internal import semconv
-from otel_rl._internal.shapes import Attributes, AttributeValue, Extra, Record
+from otel_rl._internal.record import BlockSpan, Record, block_span, thread_attributes
+from otel_rl._internal.shapes import Attributes, AttributeValue
 
 KIND_INTERNAL = 1
 STATUS_ERROR = 2
-STATUS_MESSAGE_MAX = 1024
-
-
-def extra_attributes(extra: Extra) -> dict[str, AttributeValue]:
-    """Span attributes a record's `extra` adds: its own ``attrs`` and the sampling verdict."""
-    attrs = dict(extra.get("attrs") or {})
-    if extra.get("sampled"):
-        attrs[semconv.SAMPLED] = extra["sampled"]
-    return attrs
-
-
-def exception_attributes(error: Sequence[str]) -> dict[str, str]:
-    """The ``exception`` event's attributes for an ``extra["error"]`` (type, message, stack)."""
-    etype, message, stack = error
-    return {"exception.type": etype, "exception.message": message,
-            "exception.stacktrace": stack}
 
 
 class Columns(NamedTuple):
@@ -71,7 +56,7 @@ class Batch:
 
 # --- protobuf wire primitives -----------------------------------------------------------------
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -82,8 +67,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _len_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+def len_field(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 _DOUBLE = struct.Struct("<d")
@@ -95,26 +80,26 @@ def any_value(value: AttributeValue) -> bytes:
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
-        return b"\x18" + _varint(value)
+        return b"\x18" + varint(value)
     if isinstance(value, float):
         return b"\x21" + _DOUBLE.pack(value)
     if isinstance(value, (list, tuple)):
-        items = b"".join(_len_field(1, any_value(v)) for v in value)
-        return _len_field(5, items)
-    return _len_field(1, str(value).encode("utf-8", "replace"))
+        items = b"".join(len_field(1, any_value(v)) for v in value)
+        return len_field(5, items)
+    return len_field(1, str(value).encode("utf-8", "replace"))
 
 
 def key_value(key: str, value: AttributeValue) -> bytes:
-    return _len_field(1, key.encode("utf-8", "replace")) + _len_field(2, any_value(value))
+    return len_field(1, key.encode("utf-8", "replace")) + len_field(2, any_value(value))
 
 
-def _attributes(number: int, attrs: Attributes) -> bytes:
-    return b"".join(_len_field(number, key_value(k, v)) for k, v in attrs.items())
+def attributes_field(number: int, attrs: Attributes) -> bytes:
+    return b"".join(len_field(number, key_value(k, v)) for k, v in attrs.items())
 
 
 def _scope() -> bytes:
-    return _len_field(1, _len_field(1, semconv.SCOPE_NAME.encode())
-                      + _len_field(2, semconv.SCOPE_VERSION.encode()))
+    return len_field(1, len_field(1, semconv.SCOPE_NAME.encode())
+                      + len_field(2, semconv.SCOPE_VERSION.encode()))
 
 
 _SCOPE = _scope()
@@ -141,9 +126,9 @@ class Encoder:
         if cached is None:
             if len(self.names) > 65536:
                 self.names.clear()
-            attrs: Attributes = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}
-            cached = self.names[key] = (_len_field(5, name.encode("utf-8", "replace"))
-                                        + b"\x30\x01" + _attributes(9, attrs))
+            cached = self.names[key] = (len_field(5, name.encode("utf-8", "replace"))
+                                        + b"\x30\x01"
+                                        + attributes_field(9, thread_attributes(tid, tname)))
         return cached
 
     def _trace(self, trace_id: int) -> bytes:
@@ -170,37 +155,34 @@ def _encode_spans(enc: Encoder, batch: Batch) -> bytes:
             label = enc._name_thread(name, tid, thread_names.get(tid, ""))
         body = (head + (pack_both(0x12, 8, sid, 0x22, 8, psid) if psid else pack_ids(0x12, 8, sid))
                 + label + pack_times(0x39, start + offset, 0x41, end + offset))
-        if extra:
-            body += _extra(extra, end + offset)
+        if extra:  # the label holds the thread's attributes; the rest of `record.block_span`
+            body += _extra(block_span(tid, "", extra), end + offset)
         n = len(body)
-        append(b"\x12" + (bytes((n,)) if n < 128 else _varint(n)) + body)
+        append(b"\x12" + (bytes((n,)) if n < 128 else varint(n)) + body)
     return b"".join(out)
 
 
-def _extra(extra: Extra, end_ns: int) -> bytes:
-    parts = []
-    attrs = extra_attributes(extra)
-    if attrs:
-        parts.append(_attributes(9, attrs))
-    error = extra.get("error")
-    if error:
-        event = (b"\x09" + struct.pack("<Q", end_ns) + _len_field(2, b"exception")
-                 + _attributes(3, exception_attributes(error)))
-        parts.append(_len_field(11, event))
-    link = extra.get("link")
-    if link:
-        trace_id, span_id = link
-        parts.append(_len_field(13, b"\x0a\x10" + int(trace_id).to_bytes(16, "big")
-                                + b"\x12\x08" + int(span_id).to_bytes(8, "big")))
-    if error:
-        message = error[1][:STATUS_MESSAGE_MAX]
-        parts.append(_len_field(15, _len_field(2, message.encode("utf-8", "replace")) + b"\x18\x02"))
+def _extra(span: BlockSpan, end_ns: int) -> bytes:
+    """A span's extra attributes, exception event, link and status (Span fields 9, 11, 13,
+    15); its thread's attributes are in the cached name label."""
+    parts = [attributes_field(9, span.extra_attributes)]
+    if span.error_attributes is not None:
+        event = (b"\x09" + struct.pack("<Q", end_ns) + len_field(2, b"exception")
+                 + attributes_field(3, span.error_attributes))
+        parts.append(len_field(11, event))
+    if span.link is not None:
+        trace_id, span_id = span.link
+        parts.append(len_field(13, b"\x0a\x10" + trace_id.to_bytes(16, "big")
+                                + b"\x12\x08" + span_id.to_bytes(8, "big")))
+    if span.status_message is not None:
+        message = span.status_message.encode("utf-8", "replace")
+        parts.append(len_field(15, len_field(2, message) + b"\x18\x02"))
     return b"".join(parts)
 
 
 def resource_bytes(resource: Attributes) -> bytes:
     """The ``Resource`` message (field 1 of ResourceSpans) for these attributes."""
-    return _len_field(1, _attributes(1, resource))
+    return len_field(1, attributes_field(1, resource))
 
 
 def encode_batches(batches: Iterable[Batch], encoder: Encoder | None = None) -> bytes:
@@ -210,8 +192,8 @@ def encode_batches(batches: Iterable[Batch], encoder: Encoder | None = None) -> 
     for batch in batches:
         if not batch.records:
             continue
-        scope_spans = _len_field(2, _SCOPE + _encode_spans(enc, batch))
-        out.append(_len_field(1, resource_bytes(batch.resource) + scope_spans))
+        scope_spans = len_field(2, _SCOPE + _encode_spans(enc, batch))
+        out.append(len_field(1, resource_bytes(batch.resource) + scope_spans))
     return b"".join(out)
 
 
@@ -236,7 +218,7 @@ def json_attributes(attrs: Attributes) -> list[dict[str, object]]:
 
 def _json_span(record: Record, offset: int, thread_names: Mapping[int, str]) -> dict[str, Any]:
     sid, psid, name, start, end, tid, trace_id, extra = record
-    attrs: dict[str, Any] = {semconv.THREAD_ID: tid, semconv.THREAD_NAME: thread_names.get(tid, "")}
+    parts = block_span(tid, thread_names.get(tid, ""), extra)
     span: dict[str, Any] = {
         "traceId": f"{trace_id:032x}",
         "spanId": f"{sid:016x}",
@@ -246,19 +228,15 @@ def _json_span(record: Record, offset: int, thread_names: Mapping[int, str]) -> 
         "startTimeUnixNano": str(start + offset),
         "endTimeUnixNano": str(end + offset),
     }
-    extra = extra or {}
-    attrs.update(extra_attributes(extra))
-    span["attributes"] = json_attributes(attrs)
-    error = extra.get("error")
-    if error:
+    span["attributes"] = json_attributes(parts.attributes)
+    if parts.error_attributes is not None:
         span["events"] = [{"timeUnixNano": str(end + offset), "name": "exception",
-                           "attributes": json_attributes(exception_attributes(error))}]
-        span["status"] = {"code": STATUS_ERROR, "message": error[1][:STATUS_MESSAGE_MAX]}
+                           "attributes": json_attributes(parts.error_attributes)}]
+        span["status"] = {"code": STATUS_ERROR, "message": parts.status_message}
     else:
         span["status"] = {}
-    link = extra.get("link")
-    if link:
-        span["links"] = [{"traceId": f"{int(link[0]):032x}", "spanId": f"{int(link[1]):016x}"}]
+    if parts.link is not None:
+        span["links"] = [{"traceId": f"{parts.link[0]:032x}", "spanId": f"{parts.link[1]:016x}"}]
     return span
 
 
@@ -279,7 +257,7 @@ class JsonEncoder:
         if cached is None:
             if len(self.names) > 65536:
                 self.names.clear()
-            attrs = json.dumps(json_attributes({semconv.THREAD_ID: tid, semconv.THREAD_NAME: tname}),
+            attrs = json.dumps(json_attributes(thread_attributes(tid, tname)),
                                separators=(",", ":"))
             cached = self.names[key] = f',"name":{json.dumps(name)},"kind":1,"attributes":{attrs}'
         return cached

@@ -59,7 +59,7 @@ def carrier_text() -> str | None:
     # Keyed by the open block's timer and its span id (a timer object entered again is a
     # new span) and the stack.
     if (cached is not None and cached[0] is top and cached[1] is st
-            and cached[3] == top._sid):
+            and cached[3] == st.span):
         return cached[2]  # type: ignore[no-any-return]
     _, base, path = runtime.current_base(rt)
     trace = st.trace or base.trace or rt.trace
@@ -67,7 +67,7 @@ def carrier_text() -> str | None:
     sampled = trace.sink is rt.pipeline.buffer and rt.spans_on
     value = _SEP.join((_VERSION, f"{trace.trace_id:x}", f"{span:x}", f"{rt.pid:x}",
                        f"{st.tid:x}", "1" if sampled else "0", *path))
-    _made.last = (top, st, value, top._sid)
+    _made.last = (top, st, value, st.span)
     return value
 
 
@@ -122,7 +122,7 @@ def carrier_for_call() -> str | None:
         if cached is not None:
             st = recorder.thread_stack()
             top = st.top
-            if cached[0] is top and cached[1] is st and cached[3] == top._sid:
+            if cached[0] is top and cached[1] is st and cached[3] == st.span:
                 rt = runtime.active()
                 if rt is not None and rt.settings.propagate:
                     return cached[2]  # type: ignore[no-any-return]

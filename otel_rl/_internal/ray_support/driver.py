@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from otel_rl._internal import relay, semconv
+from otel_rl._internal import relay, semconv, wholerun
 from otel_rl._internal.ray_support import _shim, calls, client
 from otel_rl._internal.runtime import Runtime
 
@@ -212,8 +212,8 @@ class Driver:
             rt.stats.add_dropped("buffer full", records, None, "the Ray collector was full")
             return
         for frame in frames:
-            length, kind = relay._HEADER.unpack_from(frame)
-            body = frame[relay._HEADER.size:relay._HEADER.size + length]
+            length, kind = relay.FRAME_HEADER.unpack_from(frame)
+            body = frame[relay.FRAME_HEADER.size:relay.FRAME_HEADER.size + length]
             try:
                 if kind == relay.KIND_COLUMNS:
                     batch = relay.decode_columns(body)
@@ -226,7 +226,7 @@ class Driver:
                 elif kind == relay.KIND_SNAPSHOT:
                     import json
 
-                    snapshot = json.loads(body)
+                    snapshot = wholerun.received(json.loads(body))
                     state.role = str(snapshot.get("role") or "worker")
                     state.recorded = max(state.recorded, int(snapshot.get("recorded") or 0))
                     if not meta.get("index_given") and snapshot.get("contributions"):

@@ -17,8 +17,8 @@ from typing import Any
 from otel_rl._internal import relay
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.relay import RelayClient
-from otel_rl._internal.shapes import Snapshot
 from otel_rl._internal.sinks.base import Stats
+from otel_rl._internal.wholerun import Snapshot
 
 #: The prefix of a joining carrier's ``relay`` that names a Ray collector, not a socket.
 RELAY_PREFIX = "ray:"
@@ -132,7 +132,7 @@ class RaySink(RelayClient):
                 # Ray has not leased yet can wait until it is leased.)
                 return
             if snapshot is not None:
-                frames.append(relay._encode(relay.KIND_SNAPSHOT, snapshot))
+                frames.append(relay.encode_frame(relay.KIND_SNAPSHOT, snapshot))
             busy = self.running() > 0 or started != started_before
             try:
                 handle = self._connect()

@@ -135,14 +135,19 @@ MAX_TOTAL_SECONDS = (2**64 - 1) / 1e9
 
 
 def check_tree(tree: Tree) -> Tree:
-    """`tree` if its numbers are in range for every report and for spans; else `UserError`."""
+    """`tree` if its numbers are in range for every report and for spans (and of the types
+    the tree model says: a tree built from an aggregate span's payload, which is input, is
+    checked here, not read back through `Tree.from_dict`); else `UserError`."""
     todo = [("root", tree.root)]
     todo.extend((f"root.workers[{i}].tree", worker.node) for i, worker in enumerate(tree.workers))
     while todo:
         where, node = todo.pop()
-        if not (math.isfinite(node.total) and 0 <= node.total <= MAX_TOTAL_SECONDS):
+        if not (isinstance(node.total, (int, float)) and not isinstance(node.total, bool)
+                and math.isfinite(node.total)):
+            raise UserError(f"{where}: 'total' must be a finite number")
+        if not 0 <= node.total <= MAX_TOTAL_SECONDS:
             raise UserError(f"{where}: total {node.total:g} s is out of range (at most 584 years)")
-        if not 0 <= node.count <= _MAX_COUNT:
+        if not (_is_int(node.count) and 0 <= node.count <= _MAX_COUNT):
             raise UserError(f"{where}: 'count' is out of range (at most 2^63 - 1)")
         todo.extend(
             (f"{where}.children.{shown(name, 30)}", child) for name, child in node.children.items()
@@ -153,6 +158,8 @@ def check_tree(tree: Tree) -> Tree:
             raise UserError(f"root.gauges.{shown(name, 30)}: values must be numbers between ±{_LARGEST:g}")
         if not (_is_int(gauge.count) and 0 <= gauge.count <= _MAX_COUNT):
             raise UserError(f"root.gauges.{shown(name, 30)}: 'count' is out of range")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in tree.metadata.items()):
+        raise UserError("root.metadata: keys and values must be strings")
     return tree
 
 

@@ -14,12 +14,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from otel_rl._internal import semconv
-from otel_rl._internal.otlp.records import (
-    STATUS_MESSAGE_MAX,
-    Batch,
-    exception_attributes,
-    extra_attributes,
-)
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.record import block_span
 from otel_rl._internal.sinks.base import Sink, Stats, span_count
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -33,20 +29,17 @@ def to_readable_spans(batches: Sequence[Batch]) -> list[ReadableSpan]:
         offset = batch.offset_ns
         for record in batch.records:
             sid, psid, name, start, end, tid, trace_id, extra = record
-            extra = extra or {}
-            attrs: dict[str, Any] = {semconv.THREAD_ID: tid,
-                                     semconv.THREAD_NAME: batch.thread_names.get(tid, "")}
-            attrs.update(extra_attributes(extra))
+            parts = block_span(tid, batch.thread_names.get(tid, ""), extra)
+            attrs: dict[str, Any] = parts.attributes
             events = []
             status = Status(StatusCode.UNSET)
-            error = extra.get("error")
-            if error:
-                events.append(Event("exception", exception_attributes(error), end + offset))
-                status = Status(StatusCode.ERROR, error[1][:STATUS_MESSAGE_MAX])
+            if parts.error_attributes is not None:
+                events.append(Event("exception", parts.error_attributes, end + offset))
+                status = Status(StatusCode.ERROR, parts.status_message)
             links = []
-            if extra.get("link"):
-                ltrace, lspan = extra["link"]
-                links.append(Link(SpanContext(int(ltrace), int(lspan), False, _SAMPLED)))
+            if parts.link is not None:
+                ltrace, lspan = parts.link
+                links.append(Link(SpanContext(ltrace, lspan, False, _SAMPLED)))
             context = SpanContext(trace_id, sid, False, _SAMPLED)
             parent = SpanContext(trace_id, psid, False, _SAMPLED) if psid else None
             spans.append(ReadableSpan(
