@@ -18,24 +18,39 @@ metadata (``otel_rl_ledger``).
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
-__all__ = ["REASONS", "UNCONFIRMED", "Ledger"]
+__all__ = ["REASONS", "UNCONFIRMED", "Ledger", "Mirror"]
 
 #: Not a loss: sent, no answer before the deadline (see the module's docstring).
 UNCONFIRMED = "unconfirmed"
 
 #: Why records did not reach a sink. "error" covers anything else (an exporter's bug).
 REASONS = ("unreachable", "rejected", "timed out", "buffer full", "killed worker",
-           "disk full", "error", UNCONFIRMED)
+           "killed main", "disk full", "error", UNCONFIRMED)
+
+
+class Mirror(Protocol):
+    """Where a ledger copies its counts as they change (`mainledger.Mirror`: a shared file a
+    surviving launcher reads when the process is killed); called under the ledger's lock."""
+
+    def sinks(self, accounts: dict[str, _Account]) -> None: ...
+
+    def account(self, account: _Account, lost: bool = False) -> None: ...
+
+    def totals(self, ledger: Ledger, source: int | None = None) -> None: ...
 
 
 class _Account:
-    __slots__ = ("closed", "delivered", "detail", "label", "lost", "offered")
+    __slots__ = ("closed", "delivered", "detail", "index", "label", "lost", "offered", "sending")
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, index: int) -> None:
         self.label = label
+        self.index = index
         self.offered = 0
         self.delivered = 0
+        #: Records of the request (or line) being sent now, not reported yet (`sending`).
+        self.sending = 0
         self.lost: dict[str, int] = {}
         #: One line per reason (the last seen) for the person reading the exit line.
         self.detail: dict[str, str] = {}
@@ -54,11 +69,32 @@ class Ledger:
         self.upstream_detail: dict[str, str] = {}
         #: Losses that cannot be counted (a killed worker's last moments), said at exit.
         self.notes: list[str] = []
+        #: Records handed in from other processes (workers' batches, cut-short copies), and
+        #: of the upstream losses those never handed in (a killed worker's): with the
+        #: process's own tally they say what it held when it died (`mainledger`).
+        self.taken_in = 0
+        self.outside = 0
+        #: Of `taken_in`, per process id.
+        self.sources: dict[int, int] = {}
+        #: Where every change is copied for a survivor to read (`mainledger.Mirror`), if any.
+        self.mirror: Mirror | None = None
+
+    def attach(self, mirror: Mirror) -> None:
+        """Copy every count to `mirror` from now on (what was counted so far too)."""
+        with self._lock:
+            self.mirror = mirror
+            mirror.sinks(self._sinks)
+            for account in self._sinks.values():
+                mirror.account(account, lost=True)
+            mirror.totals(self)
 
     def add_sink(self, name: str, label: str) -> None:
         """Track sink `name`, shown as `label` (its endpoint or file)."""
         with self._lock:
-            self._sinks.setdefault(name, _Account(label))
+            if name not in self._sinks:
+                self._sinks[name] = _Account(label, len(self._sinks))
+                if self.mirror is not None:
+                    self.mirror.sinks(self._sinks)
 
     def offered(self, name: str, n: int) -> None:
         """`n` records were handed to sink `name`."""
@@ -66,12 +102,51 @@ class Ledger:
             account = self._account(name)
             if not account.closed:
                 account.offered += n
+                if self.mirror is not None:
+                    self.mirror.account(account)
 
     def delivered(self, name: str, n: int) -> None:
         with self._lock:
             account = self._account(name)
             if not account.closed:
                 account.delivered += n
+                account.sending = max(0, account.sending - n)
+                if self.mirror is not None:
+                    self.mirror.account(account)
+
+    def recall(self, name: str, n: int, reason: str, detail: str) -> None:
+        """`n` records counted delivered to `name` never arrived after all (a relaying
+        worker's batches its parent died before reading): lost for `reason`."""
+        with self._lock:
+            account = self._account(name)
+            if n <= 0 or account.closed:
+                return
+            account.delivered -= n  # (a send under way may report its delivery just after)
+            account.lost[reason] = account.lost.get(reason, 0) + n
+            account.detail[reason] = detail
+
+    def sending(self, name: str, n: int) -> None:
+        """`n` records are being sent to `name` now (a request, a line): until reported
+        delivered or lost, a survivor reading the mirror calls them unconfirmed."""
+        with self._lock:
+            account = self._account(name)
+            if not account.closed:
+                account.sending = n
+                if self.mirror is not None:
+                    self.mirror.account(account)
+
+    def taken(self, n: int, outside: int = 0, source: int | None = None,
+              counted: bool = False) -> None:
+        """`n` records were handed in from other processes (from process `source`, when
+        known); `outside` upstream losses counted here were never records of this process
+        (a killed worker's); `counted`: `source` died and its loss is counted here."""
+        with self._lock:
+            self.taken_in += n
+            self.outside += outside
+            if source is not None:
+                self.sources[source] = -1 if counted else self.sources.get(source, 0) + n
+            if self.mirror is not None:
+                self.mirror.totals(self, source)
 
     def lost(self, reason: str, n: int, sink: str | None = None, detail: str = "") -> None:
         """`n` records did not reach `sink` (None: any sink) because of `reason`."""
@@ -84,13 +159,18 @@ class Ledger:
                 self.upstream[reason] = self.upstream.get(reason, 0) + n
                 if detail:
                     self.upstream_detail[reason] = detail
+                if self.mirror is not None:
+                    self.mirror.totals(self)
                 return
             account = self._account(sink)
             if account.closed:
                 return
             account.lost[reason] = account.lost.get(reason, 0) + n
+            account.sending = max(0, account.sending - n)
             if detail:
                 account.detail[reason] = detail
+            if self.mirror is not None:
+                self.mirror.account(account, lost=True)
 
     def note(self, text: str) -> None:
         """A loss that cannot be counted, said in the exit line."""
@@ -118,6 +198,9 @@ class Ledger:
                 if detail:
                     account.detail[reason] = detail
             account.closed = True
+            account.sending = 0
+            if self.mirror is not None:
+                self.mirror.account(account, lost=True)
             return max(0, left)
 
     def pending(self, name: str) -> int:
@@ -129,7 +212,9 @@ class Ledger:
     def _account(self, name: str) -> _Account:
         account = self._sinks.get(name)
         if account is None:
-            account = self._sinks[name] = _Account(name)
+            account = self._sinks[name] = _Account(name, len(self._sinks))
+            if self.mirror is not None:
+                self.mirror.sinks(self._sinks)
         return account
 
     # -- what is said ------------------------------------------------------------------------

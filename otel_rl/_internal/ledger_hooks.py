@@ -18,7 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from otel_rl._internal import log, tallyfile
+from otel_rl._internal import log, mainledger, tallyfile
+from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY, RUN_MARK
 from otel_rl._internal.record import SPAN_ID, TRACE_ID, make
 
 if TYPE_CHECKING:
@@ -33,9 +34,11 @@ if TYPE_CHECKING:
     from otel_rl._internal.sinks.queue import SinkQueue
     from otel_rl._internal.wholerun import Snapshot, TreeInputs
 
-__all__ = ["LedgerState", "before_final_flush", "checkpoint_inputs", "ledger_metadata",
-           "orphaned", "output_dir", "parent_gone", "relayed", "shut_down", "snapshot_extras",
-           "snapshot_seen", "timers_written", "watch_parent", "worker_lost"]
+__all__ = ["DROPPED_KEY", "LEDGER_KEY", "LedgerState", "before_final_flush",
+           "checkpoint_inputs", "ledger_metadata", "main_started", "orphaned", "output_dir",
+           "parent_gone", "relayed", "shut_down", "snapshot_extras", "snapshot_seen",
+           "timers_written", "watch_parent", "worker_lost"]
+
 
 class Runtime(Protocol):
     """What the ledger reads and sets of `runtime.Runtime` (named here, not imported: the
@@ -63,12 +66,6 @@ class Runtime(Protocol):
     def relayed_snapshots(self) -> list[Snapshot]: ...
 
 
-#: Metadata keys of timers.json.
-DROPPED_KEY = "otel_rl_dropped_spans"
-LEDGER_KEY = "otel_rl_ledger"
-#: A file in the output folder naming the run that writes there.
-RUN_MARK = ".otel-rl-run"
-
 
 def ledger_metadata(metadata: dict[str, str], stats: Stats) -> None:
     """timers.json's ledger keys, when anything was lost: the most spans any one sink lost,
@@ -93,6 +90,21 @@ def checkpoint_inputs(inputs: TreeInputs, final: bool) -> TreeInputs:
     from otel_rl._internal.aggregates import MAIN_UNFINISHED
 
     return {**inputs, "notes": [*inputs.get("notes", ()), MAIN_UNFINISHED]}
+
+
+def main_started(rt: Runtime) -> None:
+    """The runtime started. The program's main process under ``otel-rl run`` (a launcher
+    survives it) counts in a tally file and mirrors its ledger there (`mainledger`)."""
+    if rt.is_worker or rt.settings.disabled or not mainledger.has_survivor():
+        return
+    from otel_rl._internal import recorder
+
+    # Configured again: what it counted for the runtime before was settled by that one.
+    made_before = recorder.tallied() if tallyfile.sharing() else 0
+    tally = tallyfile.share(rt.run_id)
+    rt.ledger_state.tally = tally
+    mainledger.share(rt.stats.ledger, rt.run_id, rt.output_dir, rt.settings.spans, tally,
+                     made_before)
 
 
 def timers_written(rt: Runtime, size: int) -> None:
@@ -165,6 +177,8 @@ class LedgerState:
         #: Per worker pid: its latest batch's resource, offset, thread names and trace id,
         #: the shape of the cut-short spans the parent exports for it if it dies.
         self.shape: dict[int, tuple[Any, int, Any, int]] = {}
+        #: Once orphaned under ``otel-rl run``: the dead parent whose mirror it read.
+        self.orphan_of: int | None = None
         #: Records counted lost by `worker_lost` here (workers of this process that died);
         #: a relaying worker reports it, the main process adds it from every report.
         self.killed = 0
@@ -174,7 +188,9 @@ def relayed(rt: Runtime, batch: Batch) -> None:
     """A worker's batch arrived (the relay's thread): count it for its pid."""
     pid = batch.resource.get("process.pid")
     if not isinstance(pid, int):
+        rt.stats.ledger.taken(len(batch.records))
         return
+    rt.stats.ledger.taken(len(batch.records), source=pid)
     workers = rt.ledger_state
     with workers.lock:
         if pid not in workers.received:
@@ -275,8 +291,6 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         workers.died[pid] = note
     cut = _cut_short(rt, pid, snap, how)
     counted = tallyfile.count(path) if isinstance(path, str) else None
-    if isinstance(path, str):
-        tallyfile.remove(path)
     if counted is not None:
         # Exact: everything it recorded (its open blocks included) that neither arrived, nor
         # was dropped by its full buffer (counted from its report), nor is exported cut short.
@@ -289,7 +303,17 @@ def worker_lost(rt: Runtime, pid: int) -> None:
     else:
         recorded = int(snap.get("recorded") or 0)
         lost = max(0, recorded - received)
+        note = (f"worker {role} (pid {pid}) died before it finished ({how}): at least {lost} "
+                f"of its block(s) were lost (a lower bound: it had no tally file, no writable "
+                f"/dev/shm or temp dir; what it recorded after its last report is not counted)")
+        with workers.lock:
+            workers.died[pid] = note
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
+    # (never records of this process; and a launcher reading the mirror must not count it
+    # again from its tally file, removed only now)
+    rt.stats.ledger.taken(0, outside=lost, source=pid, counted=True)
+    if isinstance(path, str):
+        tallyfile.remove(path)
     with workers.lock:
         workers.killed += lost
         workers.processes.pop(pid, None)
@@ -332,6 +356,7 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
                 continue  # not an open block as this module wrote it
             records.append(record)
     if records:
+        rt.stats.ledger.taken(len(records))
         rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))
     return len(records)
 
@@ -353,6 +378,7 @@ def before_final_flush(rt: Runtime) -> None:
                          "worker processes' span buffers were full")
     # A worker's worker that died: its parent (a worker itself) counted it.
     rt.stats.add_dropped("killed worker", killed, None, "a worker's own worker died")
+    rt.stats.ledger.taken(0, outside=dropped + killed)
 
 
 def shut_down(rt: Runtime) -> None:
@@ -369,6 +395,8 @@ def shut_down(rt: Runtime) -> None:
             tallyfile.remove(path)
     if not rt.is_worker:
         tallyfile.remove_run(rt.run_id)
+    elif rt.ledger_state.orphan_of is not None:
+        mainledger.orphan_ended(rt.run_id, rt.ledger_state.orphan_of)
 
 
 def snapshot_extras(rt: Runtime) -> Snapshot:
@@ -406,6 +434,29 @@ def watch_parent(rt: Runtime) -> None:
                               "recorded": 0, "final": False, "tally": path})
 
 
+def _relay_gap(rt: Runtime) -> None:
+    """Orphaned: batches this worker wrote to the relay that its parent died before reading
+    were counted delivered; the parent's mirror (under ``otel-rl run``) says how many it had
+    received from this worker, so the rest is lost ("killed main"), said by this worker."""
+    parent = rt.ledger_state.parent_pid
+    if parent is None:
+        return
+    received = mainledger.received_from(rt.run_id, parent, os.getpid())
+    if received is None:
+        return
+    from otel_rl._internal.relay import RelayClient
+
+    client = next((q.sink for q in rt.pipeline.queues if isinstance(q.sink, RelayClient)), None)
+    if client is None:
+        return
+    sent = client.records_sent()
+    if sent > received:
+        rt.stats.ledger.recall("relay", sent - received, mainledger.KILLED_MAIN,
+                               f"relay: {sent - received} span(s) sent to the parent process "
+                               f"(pid {parent}), which died before reading them")
+    rt.ledger_state.orphan_of = parent
+
+
 def parent_gone(rt: Runtime) -> bool:
     """Checked at each flush of a relaying worker (cheap): was it re-parented?"""
     ppid = rt.ledger_state.parent_pid
@@ -438,6 +489,7 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             if rt.ledger_state.tally is not None:  # nobody reads it any more
                 tallyfile.remove(rt.ledger_state.tally)
                 rt.ledger_state.tally = None
+            _relay_gap(rt)
             rt.pipeline.queues.extend(own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"

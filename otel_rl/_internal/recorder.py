@@ -451,14 +451,18 @@ buffer_cap = 0
 #: Slot 0: records appended outside a timed block (`tally_add`); slot 1: the first span id
 #: of `_ids` (which only timed blocks draw from); slot 2 on: per stack, the span id of its
 #: latest block (one store per block, in the entering thread, no lock: a stack is one
-#: thread's). Blocks entered = the highest of those - slot 1 + 1. Stacks past the last slot
-#: share it (more than TALLY_SLOTS - 3 threads).
+#: thread's). Blocks entered = the highest of those - slot 1 + 1. A shared tally grows when
+#: stacks outnumber its slots (`on_tally_full`); a plain list's extra stacks share the last.
 TALLY_SLOTS = 4096
 FIRST_STACK_SLOT = 2
 #: A list here; a ctypes array over the shared file in a relaying worker (of the shared
 #: kinds measured, its store of a 62-bit id was the cheapest: a memoryview "Q" store is slower).
 tally: MutableSequence[int] = [0] * TALLY_SLOTS
 _next_slot = FIRST_STACK_SLOT
+#: Set by `tallyfile` while this process counts in a shared file: called (under the stack
+#: registry's lock) with a slot past the tally's end, returns the tally mapped larger (same
+#: file, same first slots), or None (the extra stacks then share the last slot).
+on_tally_full: Callable[[int], MutableSequence[int] | None] | None = None
 _tally_lock = threading.Lock()
 _ids = itertools.count(0)  # set by `reseed_ids` below
 #: Span ids of everything but timed blocks (the run, aggregates, components), so that `_ids`
@@ -487,6 +491,7 @@ class _State(TypedDict, total=False):
     _compiled: dict[Any, Any]
     startup_argv: str | None
     tally: MutableSequence[int]
+    on_tally_full: Callable[[int], MutableSequence[int] | None] | None
     _tally_lock: threading.Lock
     _registry_lock: threading.Lock
     _next_slot: int
@@ -513,7 +518,14 @@ def disarm() -> None:
 def _register_stack(stack: TimerStack) -> None:
     with _registry_lock:
         _all_stacks.append(stack)
-        stack.slot = min(_next_slot, TALLY_SLOTS - 1)
+        slot = _next_slot
+        if slot >= len(tally):  # a shared tally grows (`on_tally_full`), else slots share
+            grown = on_tally_full(slot) if on_tally_full is not None else None
+            if grown is not None and slot < len(grown):
+                _assign(tally=grown)  # the same file, mapped larger: no store is lost
+            else:
+                slot = len(tally) - 1
+        stack.slot = slot
         _assign(_next_slot=_next_slot + 1)
     hook = on_new_stack
     if hook is not None:
@@ -637,11 +649,12 @@ def reseed_ids() -> None:
 reseed_ids()
 
 
-def use_tally(slots: MutableSequence[int]) -> None:
+def use_tally(slots: MutableSequence[int],
+              grow: Callable[[int], MutableSequence[int] | None] | None = None) -> None:
     """Count in `slots` from now on (what was counted so far is copied into it): timed
-    blocks store their span ids there (`_tallied_enter`)."""
+    blocks store their span ids there (`_tallied_enter`); `grow` becomes `on_tally_full`."""
     slots[:] = tally
-    _assign(tally=slots)
+    _assign(tally=slots, on_tally_full=grow)
     _swap_enter(_tallied_enter)
 
 

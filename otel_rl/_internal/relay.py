@@ -12,6 +12,7 @@ import os
 import selectors
 import socket
 import struct
+import sys
 import threading
 import time
 from array import array
@@ -100,6 +101,11 @@ def decode_columns(body: bytes) -> Batch:
                          sorted(int(i) for i, e in header["extras"].items() if e)))
 
 
+def _socket_name(address: str) -> str:
+    """A relay address as `socket` takes it: "@name" is Linux's abstract namespace."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
 class RelayServer:
     """Receives frames from workers; `on_batch(Batch)` and `on_snapshot(dict)` run on its thread."""
 
@@ -113,12 +119,22 @@ class RelayServer:
         self._pids: dict[socket.socket, int] = {}
         import tempfile
 
-        self._dir = tempfile.mkdtemp(prefix="otel-rl-")
-        os.chmod(self._dir, 0o700)
-        self.address = os.path.join(self._dir, "relay.sock")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.address)
-        os.chmod(self.address, 0o600)
+        try:
+            self._dir: str | None = tempfile.mkdtemp(prefix="otel-rl-")
+        except OSError:
+            if not sys.platform.startswith("linux"):
+                raise
+            # No writable temp dir: Linux's abstract socket names need none ("@" marks one
+            # in the carrier; unlike the 0600 file, any local user could connect to it).
+            self._dir = None
+            self.address = f"@otel-rl-{os.getpid()}-{os.urandom(8).hex()}"
+            self._sock.bind(_socket_name(self.address))
+        else:
+            os.chmod(self._dir, 0o700)
+            self.address = os.path.join(self._dir, "relay.sock")
+            self._sock.bind(self.address)
+            os.chmod(self.address, 0o600)
         self._sock.listen(128)
         self._sock.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -239,7 +255,8 @@ class RelayServer:
                 pass
         import shutil
 
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def forget_after_fork(self) -> None:
         """In a forked child: close this process's copies of the parent's sockets (the socket
@@ -267,19 +284,28 @@ class RelayClient(Sink):
         self._stats = stats
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
-        self._sock.connect(address)
+        self._sock.connect(_socket_name(address))
         self._lock = threading.Lock()
         self._broken = False
+        #: Records written whole into the connection (see `records_sent`).
+        self._sent = 0
         #: Called (once) when the parent is gone, and then with each batch the relay could
         #: not take, so the worker can write them itself (`ledger_hooks.orphaned`).
         self.on_broken: Callable[[Sequence[Batch]], None] | None = None
 
-    def _send(self, frame: bytes) -> bool:
+    def records_sent(self) -> int:
+        """Records written whole into the connection so far (counted with the write, under
+        its lock: an orphan compares it with what its dead parent had read)."""
+        with self._lock:
+            return self._sent
+
+    def _send(self, frame: bytes, records: int = 0) -> bool:
         if self._broken:
             return False
         with self._lock:
             try:
                 self._sock.sendall(frame)
+                self._sent += records
                 return True
             except OSError as exc:
                 self._broken = True
@@ -291,7 +317,7 @@ class RelayClient(Sink):
         for batch in batches:
             if not batch.records:
                 continue
-            if self._send(encode_columns(batch)):
+            if self._send(encode_columns(batch), len(batch.records)):
                 self._stats.add_exported(self.name, len(batch.records))
                 continue
             fallback = self.on_broken

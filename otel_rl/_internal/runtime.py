@@ -677,6 +677,7 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
     with _lock:
         rt = Runtime(settings, ctx, auto=auto)
         rt.attach(recorder.thread_stack())
+        ledger_hooks.main_started(rt)  # under `otel-rl run`: counted if it is killed
         gpu.configure(settings.gpu_blocks, settings.gpu_timeout)
         _rt = rt
         if not _atexit_registered:

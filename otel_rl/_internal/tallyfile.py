@@ -5,7 +5,8 @@ The worker maps a small file (``/dev/shm`` where there is one) and points `recor
 it: the hot path stores each block's span id there (see `recorder.tally`), the kernel's page
 cache keeps what was stored when the process dies without a word, and the parent reads the file
 (`count`) when the worker's relay connection closes before its final report, then removes it.
-A worker that ends normally has its parent remove it on its final report.
+A worker that ends normally has its parent remove it on its final report. The file starts
+at `recorder.TALLY_SLOTS` slots and grows (`_grow`) when a process has more stacks (threads).
 """
 
 from __future__ import annotations
@@ -18,51 +19,103 @@ from typing import cast
 
 from otel_rl._internal import recorder
 
-__all__ = ["count", "remove", "remove_run", "share"]
+__all__ = ["count", "folder", "prefix", "remove", "remove_run", "share", "sharing"]
 
 _SIZE = 8 * recorder.TALLY_SLOTS
-#: This process's mapping (kept open for the process's life).
-_mapping: mmap.mmap | None = None
+#: This process's mappings (kept open for the process's life: a thread may still store through
+#: an older, smaller one; all map the same file, so its stores land in the grown one too).
+_mappings: list[object] = []
+#: The shared file this process counts in, its pid, and the tally in use.
 
 
-def _folder() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+class _Shared:
+    """The shared file this process counts in, its pid, and the tally in use."""
+
+    path: str | None = None
+    owner = 0
+    slots: MutableSequence[int] | None = None
 
 
-def _prefix(run_id: str) -> str:
+_shared = _Shared()
+
+
+def folder() -> str:
+    """/dev/shm where it is writable (memory), else the temp dir (on disk: the page cache
+    still keeps a killed process's stores); `share` fails if neither takes the file."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    try:
+        return tempfile.gettempdir()
+    except OSError:  # no usable temp dir either: making the file fails, and says so
+        return "/dev/shm"
+
+
+def prefix(run_id: str) -> str:
+    """The start of every shared-file name of run `run_id`."""
     return "otel-rl-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) + "-"
+
+
+def _map(path: str, size: int, create: bool) -> MutableSequence[int]:
+    import ctypes  # only in a process that counts in a shared file
+
+    flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    slots = (ctypes.c_uint64 * (size // 8)).from_buffer(mapping)
+    _mappings.extend((mapping, slots))
+    return cast(MutableSequence[int], slots)
 
 
 def share(run_id: str) -> str | None:
     """Count in a shared file from now on; its path (None: it could not be made, and the
     parent falls back to the worker's last report)."""
-    global _mapping
-    import ctypes  # only in a relaying worker
 
-    path = os.path.join(_folder(), f"{_prefix(run_id)}{os.getpid()}.tally")
+    path = os.path.join(folder(), f"{prefix(run_id)}{os.getpid()}.tally")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.ftruncate(fd, _SIZE)
-            mapping = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        # (as large as the tally in use: a process counting again after it grew)
+        slots = _map(path, max(_SIZE, 8 * len(recorder.tally)), create=True)
     except (OSError, ValueError):
         return None
-    _mapping = mapping
-    slots = (ctypes.c_uint64 * recorder.TALLY_SLOTS).from_buffer(mapping)
-    recorder.use_tally(cast(MutableSequence[int], slots))
+    _shared.path, _shared.owner, _shared.slots = path, os.getpid(), slots
+    recorder.use_tally(slots, _grow)
     return path
+
+
+def sharing() -> bool:
+    """This process counts in a shared file now."""
+    slots = _shared.slots
+    return slots is not None and _shared.owner == os.getpid() and recorder.tally is slots
+
+
+def _grow(slot: int) -> MutableSequence[int] | None:
+    """More stacks than slots (over 4,094 threads): the same file, mapped twice as large;
+    every stack keeps a slot of its own, so the count stays exact at any thread count."""
+    path, slots = _shared.path, _shared.slots
+    if path is None or slots is None or _shared.owner != os.getpid() or recorder.tally is not slots:
+        return None  # a forked child, or counting elsewhere now
+    size = 8 * len(slots)
+    while size <= 8 * slot:
+        size *= 2
+    try:
+        slots = _shared.slots = _map(path, size, create=False)
+    except (OSError, ValueError):
+        return None
+    return slots
 
 
 def count(path: str) -> int | None:
     """What the worker that shared `path` had recorded (None: no such file, or not one)."""
     try:
         with open(path, "rb") as f:
-            data = f.read(_SIZE + 1)
+            data = f.read()
     except OSError:
         return None
-    if len(data) != _SIZE:
+    if len(data) < _SIZE or len(data) % 8:
         return None
     return recorder.tallied_in(memoryview(data).cast("Q"))
 
@@ -70,20 +123,23 @@ def count(path: str) -> int | None:
 def remove_run(run_id: str) -> None:
     """Every tally file of run `run_id` (the main process, at its end: workers that died
     before their first report, or exited without a word, leave theirs)."""
-    prefix = _prefix(run_id)
+    start = prefix(run_id)
     try:
-        names = [name for name in os.listdir(_folder())
-                 if name.startswith(prefix) and name.endswith(".tally")]
+        names = [name for name in os.listdir(folder())
+                 if name.startswith(start) and name.endswith((".tally", ".ledger"))]
     except OSError:
         return
     for name in names:
-        remove(os.path.join(_folder(), name))
+        remove(os.path.join(folder(), name))
 
 
 def remove(path: str) -> None:
-    """Only a tally file (the path comes from a worker's report)."""
-    if os.path.basename(path).startswith("otel-rl-") and path.endswith(".tally"):
+    """Only a tally (or main ledger) file (the path comes from a worker's report)."""
+    if os.path.basename(path).startswith("otel-rl-") and path.endswith((".tally", ".ledger")):
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+_folder, _prefix = folder, prefix  # (the names the tests used)

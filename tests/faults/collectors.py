@@ -35,6 +35,8 @@ class Collector:
         self.accepted = 0
         #: Spans of every request read whole, answered or not (what the collector has).
         self.received = 0
+        #: Of those, spans of timed blocks (not the run, process or aggregate spans).
+        self.blocks = 0
         self.requests = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
@@ -86,12 +88,15 @@ class Collector:
                 body = self._read_request(conn, buf)
                 if body is None:
                     return
-                spans = sum(len(ss.spans) for rs in
-                            ExportTraceServiceRequest.FromString(body).resource_spans
-                            for ss in rs.scope_spans)
+                parsed = [s for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                          for ss in rs.scope_spans for s in ss.spans]
+                spans = len(parsed)
+                timed = sum(1 for s in parsed
+                            if not any(a.key == "otel_rl.kind" for a in s.attributes))
                 with self.lock:
                     self.requests += 1
                     self.received += spans
+                    self.blocks += timed
                     fast = self.requests <= self.fast_first
                 if fast:
                     payload = ExportTraceServiceResponse().SerializeToString()
@@ -164,3 +169,54 @@ def wait_until(check: object, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+class GrpcCollector:
+    """A real OTLP/gRPC trace receiver (grpcio server on loopback) answering each request
+    after `delay` s; `received` counts the spans of every request it read, `accepted` those it
+    answered OK."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        from concurrent import futures
+
+        import grpc
+
+        self.delay = delay
+        self.received = 0
+        self.accepted = 0
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+
+        def export(request: bytes, context: object) -> bytes:
+            spans = sum(len(ss.spans) for rs in
+                        ExportTraceServiceRequest.FromString(request).resource_spans
+                        for ss in rs.scope_spans)
+            with self.lock:
+                self.received += spans
+            if self.delay and self._stop.wait(self.delay):
+                return b""
+            with self.lock:
+                self.accepted += spans
+            return ExportTraceServiceResponse().SerializeToString()  # type: ignore[no-any-return]
+
+        handler = grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+            {"Export": grpc.unary_unary_rpc_method_handler(export)})
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self._server.add_generic_rpc_handlers((handler,))
+        port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+        self.endpoint = f"http://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        self._stop.set()  # handlers still waiting return at once
+        self._server.stop(0).wait(10)
+
+
+@contextmanager
+def grpc_collector(delay: float = 0.0) -> Iterator[GrpcCollector]:
+    c = GrpcCollector(delay)
+    try:
+        yield c
+    finally:
+        c.close()

@@ -29,21 +29,29 @@ def expected_blocks(blocks: int, workers: int = WORKERS, threads: int = THREADS)
     return 1 + workers * (1 + threads * blocks * 2)
 
 
-def _thread(blocks: int) -> None:
+def _thread(blocks: int, step_sleep: float = 0.0) -> None:
     for _ in range(blocks):
         with hierarchical_timer("step"):
             with hierarchical_timer("inner"):
                 pass
+        if step_sleep:
+            time.sleep(step_sleep)
 
 
 def worker(index: int, blocks: int, threads: int, kill: bool, after_kill: int,
-           flush_wait: float, hold: float) -> None:
+           flush_wait: float, hold: float, done: str | None = None,
+           step_sleep: float = 0.0) -> None:
     with hierarchical_timer("worker"):
-        pool = [threading.Thread(target=_thread, args=(blocks,)) for _ in range(threads)]
+        pool = [threading.Thread(target=_thread, args=(blocks, step_sleep))
+                for _ in range(threads)]
         for t in pool:
             t.start()
         for t in pool:
             t.join()
+        if done:  # its blocks have reached the parent (a few flushes): say so
+            time.sleep(flush_wait)
+            with open(f"{done}.{os.getpid()}", "w") as f:
+                f.write("done")
         if kill:
             time.sleep(flush_wait)  # its records and a snapshot reach the parent first
             _thread(after_kill)  # recorded after its last report: lost with it
@@ -71,6 +79,13 @@ def main() -> None:
     parser.add_argument("--timers-interval", type=float, help="periodic timers.json every S")
     parser.add_argument("--kill-at-once", action="store_true",
                         help="the killed worker does not wait for a flush first")
+    parser.add_argument("--zero-code", action="store_true",
+                        help="under `otel-rl run`: settings from the environment, no configure()")
+    parser.add_argument("--main-steps", type=int, default=0,
+                        help="the main process's own threads (--threads) run this many steps")
+    parser.add_argument("--workers-done", help="each worker creates <this>.<pid> once flushed")
+    parser.add_argument("--step-sleep", type=float, default=0.0,
+                        help="workers sleep this long after each step (busy for a while)")
     args = parser.parse_args()
     settings: dict[str, object] = dict(
         output_dir=args.out, spans="all", flush_interval=args.flush, propagate=True,
@@ -80,17 +95,33 @@ def main() -> None:
         settings.update(timers_interval=args.timers_interval)
     if args.endpoint:
         settings.update(endpoint=args.endpoint, protocol=args.protocol)
-    otel_rl.configure(**settings)  # type: ignore[arg-type]
+    if not args.zero_code:
+        otel_rl.configure(**settings)  # type: ignore[arg-type]
     ctx = mp.get_context("spawn")
     with hierarchical_timer("main"):
         procs = [ctx.Process(target=worker, args=(i, args.blocks, args.threads,
                                                   i == args.kill_worker, args.after_kill,
                                                   0.0 if args.kill_at_once
-                                                  else args.flush * 5 + 0.5, args.hold))
+                                                  else args.flush * 5 + 0.5, args.hold,
+                                                  args.workers_done, args.step_sleep))
                  for i in range(args.workers)]
         for p in procs:
             p.start()
+        if args.main_steps:
+            if args.workers_done:  # the main's own steps come after the workers' reached it
+                import glob
+
+                while len(glob.glob(f"{args.workers_done}.*")) < args.workers:
+                    time.sleep(0.02)
+            pool = [threading.Thread(target=_thread, args=(args.main_steps, args.step_sleep))
+                    for _ in range(args.threads)]
+            for t in pool:
+                t.start()
+            for t in pool:
+                t.join()
         if args.ready:
+            with open(f"{args.ready}.main", "w") as f:
+                f.write(str(os.getpid()))
             with open(args.ready, "w") as f:
                 f.write(" ".join(str(p.pid) for p in procs))
         for p in procs:

@@ -26,9 +26,10 @@ import sys
 from types import FrameType
 from typing import Any
 
-from otel_rl._internal import torchrun
+from otel_rl._internal import mainledger, torchrun
 from otel_rl._internal.config import SPAN_POLICIES
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
+from otel_rl._internal.mainledger import SURVIVOR_ENV
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
 
 _USAGE = "usage: otel-rl run [options] -- COMMAND [ARGS...]"
@@ -78,6 +79,7 @@ def child_environment(args: argparse.Namespace, environ: dict[str, str]) -> dict
     if args.spans is not None:
         env["OTEL_RL_SPANS"] = args.spans
     env[MAIN_ENV] = "1"
+    env[SURVIVOR_ENV] = str(os.getpid())  # counts the main process's loss if it is killed
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != ZEROCODE_DIR]
     env["PYTHONPATH"] = os.pathsep.join([ZEROCODE_DIR, *paths])
     return env
@@ -240,6 +242,12 @@ def run(args: argparse.Namespace) -> int:
         returncode = proc.wait()
     finally:
         forwarder.restore()
+    try:  # the main process killed (SIGKILL, OOM): what it held, counted
+        said = mainledger.after_main(proc.pid, env["OTEL_RL_RUN_ID"], returncode, folder)
+    except Exception as exc:  # the program's result stands; the count is extra
+        said = f"cannot count what the main process left ({one_line(exc)})"
+    if said:
+        print(f"otel-rl run: {said}", file=sys.stderr)
     if joining_node is None and env.get(torchrun.AUTO_NODE) and torchrun.joined_as_node(folder):
         joining_node = -1  # its node rank came from the rendezvous: not node 0
     if folder is not None and joining_node is None:  # node 0 writes the run's report

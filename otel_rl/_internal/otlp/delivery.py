@@ -178,7 +178,7 @@ class Delivery:
         """From another thread: spans of a request written whole and not answered yet (what
         shutdown's deadline cuts off there is "unconfirmed": the collector may have it)."""
         transport = self.transport
-        return self._part_spans if transport is not None and transport.awaiting else 0
+        return self._part_spans if transport is not None and transport.sent_unanswered() else 0
 
     def abort(self) -> None:
         """From another thread: wake a send blocked on the network or in a backoff

@@ -140,6 +140,15 @@ class OtlpTransport:
         if response and self.signal == "traces":
             self._note_partial_success(response)
 
+    def sent_unanswered(self) -> bool:
+        """From another thread: a request has left whole and its answer has not come (what
+        a deadline cuts off now is "unconfirmed"). HTTP: written whole; gRPC: a call under
+        way on a ready connection."""
+        if self.awaiting:
+            return True
+        backend = self._backend
+        return isinstance(backend, _GrpcBackend) and backend.sent_unanswered()
+
     def close(self) -> None:
         """Close the channel or connection; a later `send` opens a new one."""
         with self._lock:
@@ -223,6 +232,8 @@ class _GrpcBackend:
         self._channel: Any = None
         self._call: Any = None
         self._metadata = tuple((key.lower(), value) for key, value in owner.headers.items())
+        #: A call is under way (see `sent_unanswered`).
+        self._in_call = False
 
     def _connect(self) -> Any:
         try:
@@ -254,6 +265,7 @@ class _GrpcBackend:
 
         call = self._call or self._connect()
         compression = grpc.Compression.Gzip if self._owner.compression else None
+        self._in_call = True
         try:
             response: bytes = call(
                 request,
@@ -262,8 +274,30 @@ class _GrpcBackend:
                 compression=compression,
             )
         except grpc.RpcError as err:
-            raise _grpc_error(err, self._owner.url, len(request)) from None
+            error = _grpc_error(err, self._owner.url, len(request))
+            if error.kind == "timed out" and self.ready():
+                # The deadline passed on a ready connection: the request left at once and
+                # the collector may have it ("unconfirmed"). One still waiting for a
+                # connection never left: lost ("timed out").
+                error.kind = "unconfirmed"
+                error.message = (f"{self._owner.url}: sent, no answer within "
+                                 f"{self._owner.timeout_s:g} s")
+            raise error from None
+        finally:
+            self._in_call = False
         return response
+
+    def ready(self) -> bool:
+        """The channel is connected now (its core state, read without a watcher thread)."""
+        channel = self._channel
+        try:
+            return channel is not None and channel._channel.check_connectivity_state(False) == 2
+        except Exception:  # another grpcio's internals: nothing known, nothing claimed
+            return False
+
+    def sent_unanswered(self) -> bool:
+        """From another thread: a call is under way on a ready connection (it left)."""
+        return self._in_call and self.ready()
 
     def close(self) -> None:
         channel, self._channel, self._call = self._channel, None, None

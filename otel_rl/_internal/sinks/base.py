@@ -67,6 +67,10 @@ class Stats:
             self.exported[sink] = self.exported.get(sink, 0) + n
         self.ledger.delivered(sink, n)
 
+    def sending(self, sink: str, n: int) -> None:
+        """`n` spans are being written to `sink` now (see `Ledger.sending`)."""
+        self.ledger.sending(sink, n)
+
     def add_dropped(self, reason: str, n: int, sink: str | None = None,
                     detail: str = "") -> None:
         """`n` spans did not reach `sink` (None: any sink) for `reason` (`ledger.REASONS`)."""

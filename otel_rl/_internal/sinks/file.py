@@ -55,8 +55,11 @@ class FileSink(Sink):
             for request in chunk_batches(batches, LINE_SPANS):
                 line = (self._encoder.request_line(request) + "\n").encode("utf-8")
                 self._check_room(len(line))
+                spans = span_count(request)
+                self._stats.sending(self.name, spans)
                 self._write_line(line)
-                written += span_count(request)
+                written += spans
+                self._stats.add_exported(self.name, spans)  # per line: exact if killed
         except OSError as exc:
             full = exc.errno in _NO_SPACE
             self._stats.add_dropped("disk full" if full else "error", n - written, self.name,
@@ -67,8 +70,6 @@ class FileSink(Sink):
         except Exception as exc:
             self._stats.add_dropped("error", n - written, self.name, f"{self.path}: {exc!r}")
             self._stats.warn_once(f"file-{self.path}", f"cannot write spans to {self.path}: {exc}")
-        if written:
-            self._stats.add_exported(self.name, written)
 
     def _check_room(self, size: int) -> None:
         assert self._fd is not None

@@ -59,6 +59,7 @@ class OtlpSink(Sink):
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         for chunk in chunk_batches(batches, self._batch_size):
+            self._stats.sending(self.name, span_count(chunk))
             outcome = self._delivery.send(_BatchRequest(chunk, self._encoder), deadline)
             if outcome.sent:
                 self._stats.add_exported(self.name, outcome.sent)

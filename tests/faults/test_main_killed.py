@@ -1,0 +1,152 @@
+"""The main process SIGKILLed under ``otel-rl run`` (issue 16): the launcher outlives it and
+counts what it held (its own unflushed blocks, its open blocks, the workers' records it had
+received, its sinks' queues) from its tally and ledger files (`mainledger`); its workers
+become orphans and export the rest themselves. For the collector and for the spans files:
+expected blocks = delivered + reported lost, exactly.
+
+Workload: `workload.py` under ``otel-rl run`` (zero-code: settings from the environment), a
+main process with 4 threads of its own and 2 spawned workers x 4 threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_rl._internal import mainledger, tallyfile
+from tests.faults.collectors import collector, wait_until
+from tests.faults.helpers import ROOT, blocks, cli, env, file_spans
+from tests.faults.workload import expected_blocks
+
+BLOCKS = 100
+MAIN_STEPS = 150
+THREADS = 4
+
+
+def expected(mode: str) -> int:
+    return expected_blocks(2 * BLOCKS if mode == "busy" else BLOCKS) + THREADS * MAIN_STEPS * 2
+
+
+def _launch(out: Path, endpoint: str, ready: Path, done: Path,
+            log: Any, mode: str) -> subprocess.Popen[str]:
+    environ = env()
+    environ.update(OTEL_RL_SPANS="all", OTEL_RL_FLUSH_INTERVAL="0.2", OTEL_RL_ENDPOINT=endpoint,
+                   OTEL_RL_PROTOCOL="http/protobuf", OTEL_RL_SHUTDOWN_TIMEOUT="3")
+    program = [sys.executable, "-m", "tests.faults.workload", str(out), "--zero-code",
+               "--blocks", str(BLOCKS), "--main-steps", str(MAIN_STEPS), "--ready", str(ready)]
+    if mode == "busy":  # the workers relay batches (every 0.02 s) when the main process dies
+        environ["OTEL_RL_FLUSH_INTERVAL"] = "0.02"
+        program += ["--step-sleep", "0.01", "--blocks", str(2 * BLOCKS)]
+    else:  # the workers' blocks reached it; they wait
+        program += ["--hold", "60", "--workers-done", str(done)]
+    shell = mode == "shell"
+    if shell:  # the main process a grandchild of the launcher (a shell in between)
+        program = ["sh", "-c", " ".join(program) + "; exit $?"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "otel_rl", "run", "--output", str(out), "--", *program],
+        # To a file: the orphans keep the launcher's stderr open after it ended.
+        stdout=log, stderr=log, text=True, cwd=ROOT, env=environ)
+
+
+def _book(out: Path) -> dict[str, Any]:
+    tree = json.loads((out / "timers.json").read_text())
+    assert tree["complete"] is False
+    assert "the main process (pid" in tree["notes"][0]
+    return json.loads(tree["metadata"]["otel_rl_ledger"])  # type: ignore[no-any-return]
+
+
+def _relay_lost(timers: Path) -> int:
+    """What an orphan says its dead parent never read (its relay's "killed main"); it lost
+    nothing else of its own."""
+    text = json.loads(timers.read_text())["metadata"].get("otel_rl_ledger")
+    if text is None:
+        return 0
+    book = json.loads(text)
+    for name, sink in book["sinks"].items():
+        assert set(sink["lost"]) <= ({"killed main"} if name == "relay" else set()), book
+    return int(book["sinks"].get("relay", {}).get("lost", {}).get("killed main", 0))
+
+
+@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group", pytest.param(
+    "busy", marks=pytest.mark.xfail(strict=False, reason="known gap (issue 16): with workers "
+                                    "relaying every 0.02 s when the main process dies, a batch "
+                                    "or two (18-30 of 4,403 blocks) went uncounted in 2 of ~8 "
+                                    "runs, under load; not found yet"))])
+def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
+                                                                mode: str) -> None:
+    out = tmp_path / "out"
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    # "slow": every request answered after 1 s, so the collector's queue holds spans and a
+    # request is on the wire when the main process dies.
+    with collector(mode, delay=1.0 if mode == "slow" else 0.0) as c, \
+            open(tmp_path / "stderr", "w") as log:
+        launcher = _launch(out, c.endpoint, ready, done, log, mode)
+        try:
+            assert wait_until(ready.exists, 90), (tmp_path / "stderr").read_text()
+            main_pid = int(Path(f"{ready}.main").read_text())
+            if mode == "group":  # its workers die with it (a process group, a cgroup OOM)
+                for pid in ready.read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+            os.kill(main_pid, signal.SIGKILL)  # right after its own steps: some unflushed
+            launcher.wait(60)
+        finally:
+            launcher.kill()
+        assert launcher.returncode == 128 + signal.SIGKILL
+        workers = [int(p) for p in ready.read_text().split()] if mode != "group" else []
+        time.sleep(1.0)  # the orphans notice at their next flush (every 0.2 s)
+        for pid in workers if mode != "busy" else ():  # they end, their `worker` blocks
+            os.kill(pid, signal.SIGTERM)  # cut short (busy ones end by themselves)
+        assert wait_until(lambda: all((out / f"timers.{pid}.json").exists()
+                                      for pid in workers), 60)
+        time.sleep(0.5)
+        collected = c.blocks
+    stderr = (tmp_path / "stderr").read_text()
+    (line,) = [x for x in stderr.splitlines() if x.startswith("otel-rl run: the main process")]
+    assert "[exact]" in line
+    assert ("ended without its shutdown" if mode == "shell" else "killed by SIGKILL") in line
+    book = _book(out)
+    file, otlp = book["sinks"]["file"], book["sinks"]["otlp"]
+    for sink in (file, otlp):  # the launcher's own books add up, per sink
+        assert sink["delivered"] + sum(sink["lost"].values()) + sink.get("unconfirmed", 0) \
+            == sink["recorded"]
+        assert set(sink["lost"]) <= {"killed main", "killed worker"}
+        assert ("killed worker" in sink["lost"]) == (mode == "group")
+    main_file = out / "spans.otlp.jsonl"
+    in_main_file = file_spans(main_file) if main_file.exists() else []
+    # The file: every line written was counted delivered (the last one may be torn: then
+    # it is the unconfirmed one).
+    orphans = sum(blocks(file_spans(p)) for p in out.glob("spans.*.otlp.jsonl"))
+    file_lost = sum(file["lost"].values())
+    assert file["delivered"] == len(in_main_file)
+    # What the orphans had written into the relay and the main process never read: counted
+    # lost by them ("killed main" of their relay, in their timers.<pid>.json).
+    gap = sum(_relay_lost(out / f"timers.{pid}.json") for pid in workers)
+    assert blocks(in_main_file) + orphans + file_lost + gap + file.get("unconfirmed", 0) \
+        == expected(mode)
+    # The collector: what it read (from the main process and the orphans) plus what the
+    # launcher said was lost; a request on the wire when it died is unconfirmed and read.
+    otlp_lost = sum(otlp["lost"].values())
+    # A request on the wire when it died is unconfirmed: the collector may have read it.
+    unsure = otlp.get("unconfirmed", 0)
+    assert collected + otlp_lost + gap <= expected(mode) <= collected + otlp_lost + gap + unsure
+    # The readers say partial, with the count.
+    result = cli("report", str(out / "timers.json"))
+    assert result.returncode == 3 and "the main process (pid" in result.stdout + result.stderr
+    # Nothing left behind in the shared-memory folder for this run.
+    run_id = json.loads((out / "timers.json").read_text())["metadata"].get("otel_rl_run_id")
+    if run_id:
+        assert not list(Path(tallyfile._folder()).glob(f"{tallyfile._prefix(run_id)}*"))
+    print(f"LEDGER sigkill main ({mode} collector): expected {expected(mode)} blocks / delivered "
+          f"file {blocks(in_main_file)} + orphans {orphans}, otlp {collected} / reported lost "
+          f"file {file_lost} unconfirmed {file.get('unconfirmed', 0)}, otlp {otlp_lost} "
+          f"unconfirmed {otlp.get('unconfirmed', 0)}; lost in the relay, said by the orphans: "
+          f"{gap} (exact; the unconfirmed ones may or may not have arrived)")
+    assert mainledger.KILLED_MAIN == "killed main"
