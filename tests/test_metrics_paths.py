@@ -14,6 +14,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from otel_rl._internal import metrics as m
 from otel_rl._internal import metrics_paths
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.record import OpenSpan
 from otel_rl._internal.recorder import TimerNode
 from otel_rl._internal.sinks.base import Stats
 
@@ -25,7 +26,7 @@ WORKER = {"process.pid": WORKER_PID, "otel_rl.worker.role": "rollout",
 def _metrics(open_blocks: list[Any] | None = None, roots: set[int] | None = None,
              trees: Any = None) -> m.Metrics:
     return m.Metrics(resource={"otel_rl.run.id": "r"}, start_ns=1, stats=Stats(),
-                     gauges=dict, scalars=list, open_blocks=lambda: open_blocks or [],
+                     gauges=dict, scalars=list, open_blocks=lambda: [OpenSpan(*b) for b in open_blocks or []],
                      roots=lambda: roots or set(), trees=trees)
 
 
@@ -214,7 +215,8 @@ def test_a_few_names_at_several_paths_are_placed_by_parent_among_names_placed_by
                    "main_loop/evaluate/forward/forward", "forward", "init")]
     opened = [(pid, 50, 8, "evaluate", 0, TID), (pid, 8, 0, "main_loop", 0, TID)]
     metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict, scalars=list,
-                        local=lambda: trees, open_blocks=lambda: opened)
+                        local=lambda: trees,
+                        open_blocks=lambda: [OpenSpan(*b) for b in opened])
     records = [_rec(100 + i, 0, "init") for i in range(20)]
     records += [
         _rec(3, 4, "forward"), _rec(4, 8, "update"),  # parent placed by name

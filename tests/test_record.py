@@ -27,6 +27,7 @@ from otel_rl._internal.record import (
     START,
     THREAD_ID,
     TRACE_ID,
+    OpenSpan,
     Record,
     block_span,
     make,
@@ -75,6 +76,38 @@ def test_the_hot_path_literal_has_the_fields_where_the_constants_say() -> None:
     assert inner[EXTRA] is None
     extra = fails[EXTRA]
     assert extra is not None and extra["error"][0].endswith("_Boom")
+
+
+def test_open_blocks_are_open_spans_that_cross_a_snapshot_and_end_as_records() -> None:
+    # The one form of an open block: made by the stack, sent in a snapshot as `wire`, read
+    # back by `all_from_wire` (what is not one skipped), ended as a record by `record`.
+    records: list[Record] = []
+    stack = TimerStack()
+    stack.trace = Trace(0xABC, 100, records)
+    old_cap = recorder.buffer_cap
+    recorder.buffer_cap = 1000
+    try:
+        with hierarchical_timer("outer", stack), hierarchical_timer("inner", stack):
+            inner, outer = stack.open_blocks()
+    finally:
+        recorder.buffer_cap = old_cap
+    assert (inner.name, outer.name) == ("inner", "outer")
+    assert inner.parent_id == outer.span_id != 0 and outer.parent_id == 0
+    assert {inner.pid, outer.pid} == {stack.pid}
+    assert {inner.thread_id, outer.thread_id} == {threading.get_ident()}
+    assert inner.start_ns >= outer.start_ns
+    # The records the blocks then made carry the same ids, names and starts.
+    done = {r[SPAN_ID]: r for r in records}
+    for block in (inner, outer):
+        record = done[block.span_id]
+        assert (record[PARENT_ID], record[NAME], record[START], record[THREAD_ID]) == (
+            block.parent_id, block.name, block.start_ns, block.thread_id)
+    wire = [inner.wire(), "junk", [1, 2], outer.wire(), [1, 2, "x", "not a time", 3]]
+    assert OpenSpan.all_from_wire(stack.pid, wire) == [inner, outer]
+    assert OpenSpan.all_from_wire(7, {"not": "a list"}) == []
+    cut = inner.record(inner.start_ns - 5, 0xABC, {"attrs": {semconv.CUT_SHORT: True}})
+    assert cut[START] == cut[END] == inner.start_ns  # never ends before it started
+    assert (cut[SPAN_ID], cut[PARENT_ID], cut[TRACE_ID]) == (inner.span_id, outer.span_id, 0xABC)
 
 
 def _not_a_record(node: ast.Tuple) -> bool:

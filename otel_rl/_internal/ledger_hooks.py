@@ -16,11 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from otel_rl._internal import log, mainledger, tallyfile
 from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY, RUN_MARK
-from otel_rl._internal.record import SPAN_ID, TRACE_ID, make
+from otel_rl._internal.record import SPAN_ID, TRACE_ID, OpenSpan
 
 if TYPE_CHECKING:
     from otel_rl._internal.carrier import Context
@@ -227,8 +227,7 @@ def snapshot_seen(rt: Runtime, snap: Snapshot) -> None:
     with workers.lock:
         if pid not in workers.processes:  # (its exit code, once `join()` forgot it)
             _remember_process(workers, pid)
-        workers.open_sids[pid] = {int(b[0]) for b in snap.get("open") or ()  # type: ignore[call-overload]
-                                  if isinstance(b, list) and b}
+        workers.open_sids[pid] = {block.span_id for block in OpenSpan.all_from_wire(pid, snap.get("open"))}
 
 
 def _remember_process(workers: LedgerState, pid: int) -> None:
@@ -345,16 +344,8 @@ def _cut_short(rt: Runtime, pid: int, snap: Snapshot, how: str) -> int:
     end_ns = recorder.now_ns()
     attrs: dict[str, AttributeValue] = {semconv.CUT_SHORT: True,
                                         semconv.DIED: f"process died ({how})"}
-    records: list[Any] = []
-    for block in snap.get("open") or ():
-        if isinstance(block, list) and len(block) == 5 and block[0] in still:
-            sid, psid, name, start, tid = cast("list[Any]", block)
-            try:
-                record = make(int(sid), int(psid), str(name), int(start),
-                              max(int(start), end_ns), int(tid), trace_id, {"attrs": attrs})
-            except (TypeError, ValueError):
-                continue  # not an open block as this module wrote it
-            records.append(record)
+    records = [block.record(end_ns, trace_id, {"attrs": attrs})
+               for block in OpenSpan.all_from_wire(pid, snap.get("open")) if block.span_id in still]
     if records:
         rt.stats.ledger.taken(len(records))
         rt.pipeline.add_relayed(Batch(resource, offset_ns, records, thread_names))

@@ -26,8 +26,7 @@ from itertools import compress
 from typing import Any
 
 from otel_rl._internal import semconv
-from otel_rl._internal.record import EXTRA, NAME, PARENT_ID, SPAN_ID, THREAD_ID
-from otel_rl._internal.shapes import OpenBlockInfo
+from otel_rl._internal.record import EXTRA, NAME, PARENT_ID, SPAN_ID, THREAD_ID, OpenSpan
 
 __all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "extra_at",
            "tree_totals", "unique_paths"]
@@ -116,13 +115,13 @@ class PathResolver:
     """Path codes for drained records (see the module docstring)."""
 
     def __init__(self, table: PathTable,
-                 open_blocks: Callable[[], Iterable[OpenBlockInfo]] | None = None,
+                 open_blocks: Callable[[], Iterable[OpenSpan]] | None = None,
                  roots: Callable[[], Iterable[int]] | None = None) -> None:
         self.table = table
         self.open_blocks = open_blocks
         self.roots = roots
         self.unplaced = 0  # records counted as top-level because their parent never showed
-        self._open: dict[int, tuple[int, int, int, str]] | None = None
+        self._open: dict[int, OpenSpan] | None = None
         self._open_codes: dict[int, int] = {}
         self._roots: set[int] | None = None
         # Batches of this observation and the previous one: (pid, `_Index` of their span
@@ -138,12 +137,12 @@ class PathResolver:
         self._previous, self._recent = self._recent, []
 
     # -- parents outside the batch -----------------------------------------------------------
-    def _opened(self) -> dict[int, tuple[int, int, int, str]]:
+    def _opened(self) -> dict[int, OpenSpan]:
         if self._open is None:
             self._open = {}
             if self.open_blocks is not None:
-                for pid, sid, psid, name, _start, tid in self.open_blocks():
-                    self._open[sid] = (pid, tid, psid, name)
+                for block in self.open_blocks():
+                    self._open[block.span_id] = block
         return self._open
 
     def _open_code(self, sid: int) -> int:
@@ -155,10 +154,11 @@ class PathResolver:
         chain: list[tuple[int, str]] = []
         at, base = sid, ROOT
         while len(chain) < 10_000:  # bounded: a corrupt snapshot must not spin
-            pid, tid, psid, name = opened[at]
+            block = opened[at]
+            pid, tid, psid, name = block.pid, block.thread_id, block.parent_id, block.name
             chain.append((at, name))
             up = opened.get(psid)
-            if up is None or up[0] != pid or up[1] != tid:
+            if up is None or up.pid != pid or up.thread_id != tid:
                 break
             known = self._open_codes.get(psid)
             if known is not None:
@@ -181,8 +181,8 @@ class PathResolver:
         """(code, thread id) of parent `psid` of a record of process `pid`: thread id None
         for a root; code -1 when not known yet."""
         opened = self._opened().get(psid)
-        if opened is not None and opened[0] == pid:
-            return self._open_code(psid), opened[1]
+        if opened is not None and opened.pid == pid:
+            return self._open_code(psid), opened.thread_id
         for where in (self._recent, self._previous):
             for bpid, index, codes, tids in where:
                 if bpid != pid:

@@ -19,13 +19,13 @@ costs 0.06 µs, a NamedTuple 0.31 µs (``tuple.__new__(NT, ...)`` 0.32 µs), a s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final, TypedDict
+from typing import Any, Final, NamedTuple, TypedDict
 
 from otel_rl._internal import semconv
 from otel_rl._internal.shapes import AttributeValue
 
 __all__ = ["END", "EXTRA", "FIELDS", "NAME", "PARENT_ID", "SPAN_ID", "START", "THREAD_ID",
-           "TRACE_ID", "BlockSpan", "Extra", "Record", "block_span", "make",
+           "TRACE_ID", "BlockSpan", "Extra", "OpenSpan", "Record", "block_span", "make",
            "thread_attributes", "with_attrs"]
 
 
@@ -67,6 +67,50 @@ def with_attrs(record: Record, attrs: Mapping[str, AttributeValue]) -> Record:
     extra: Extra = dict(record[EXTRA] or {})  # type: ignore[assignment]
     extra["attrs"] = {**(extra.get("attrs") or {}), **attrs}
     return (*record[:EXTRA], extra)  # type: ignore[return-value]
+
+
+class OpenSpan(NamedTuple):
+    """A block open now, in this process or (as of its last snapshot) in a relaying worker:
+    what a continuation span, a span cut short or a metrics path needs of it. The one form of
+    an open block; `wire` and `from_wire` are its form in a worker's snapshot (``"open"``).
+    Not on the hot path: made only when someone asks what is open (a window's close, a flush,
+    shutdown)."""
+
+    pid: int
+    span_id: int
+    parent_id: int
+    name: str
+    start_ns: int
+    thread_id: int
+
+    def wire(self) -> list[Any]:
+        """The snapshot form (the pid is the snapshot's)."""
+        return [self.span_id, self.parent_id, self.name, self.start_ns, self.thread_id]
+
+    @classmethod
+    def from_wire(cls, pid: int, block: object) -> OpenSpan | None:
+        """The open block a snapshot sent as `wire` made it; None if it is not one."""
+        if not isinstance(block, list) or len(block) != 5:
+            return None
+        span_id, parent_id, name, start_ns, thread_id = block
+        try:
+            return cls(pid, int(span_id), int(parent_id), str(name), int(start_ns),
+                       int(thread_id))
+        except (TypeError, ValueError):
+            return None
+
+    @classmethod
+    def all_from_wire(cls, pid: int, blocks: object) -> list[OpenSpan]:
+        """The open blocks of a snapshot's ``"open"`` list (what is not one is skipped)."""
+        if not isinstance(blocks, list):
+            return []
+        return [span for span in (cls.from_wire(pid, block) for block in blocks)
+                if span is not None]
+
+    def record(self, end_ns: int, trace_id: int, extra: Extra | None = None) -> Record:
+        """The block as a span ending at `end_ns` (cut short, or continued in a window)."""
+        return make(self.span_id, self.parent_id, self.name, self.start_ns,
+                    max(self.start_ns, end_ns), self.thread_id, trace_id, extra)
 
 
 STATUS_MESSAGE_MAX = 1024

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, cast
 
 from otel_rl._internal import accel, log
 from otel_rl._internal.node import Gauge, TreeNode
-from otel_rl._internal.record import Extra, Record
+from otel_rl._internal.record import Extra, OpenSpan, Record
 from otel_rl._internal.shapes import GaugeDict, NodeDict, TimersDict
 
 if TYPE_CHECKING:
@@ -320,9 +320,9 @@ class TimerStack:
         self.top = top._up
         return True
 
-    def open_blocks(self) -> list[tuple[int, int, str, int]]:
-        """(span id, parent span id, name, start ns) of the blocks open now, innermost first.
-        Safe to call from another thread: it only reads links that are replaced whole."""
+    def open_blocks(self) -> list[OpenSpan]:
+        """The blocks open now in this stack, innermost first. Safe to call from another
+        thread: it only reads links that are replaced whole."""
         result = []
         node = self.top
         # Bounded: a timer object re-entered while open (a program error) could link the
@@ -333,7 +333,8 @@ class TimerStack:
             up = node._up
             start = getattr(node, "_start", None)  # None: entered a moment ago
             if start is not None:
-                result.append((node._sid, up._sid, node._name, start))
+                result.append(OpenSpan(self.pid, node._sid, up._sid, node._name, start,
+                                       self.tid))
             node = up
         return result
 

@@ -46,9 +46,9 @@ from otel_rl._internal.config import CARRIED, Settings, resolve
 from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
-from otel_rl._internal.record import Record, make
+from otel_rl._internal.record import OpenSpan, Record, make
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
-from otel_rl._internal.shapes import OpenBlockInfo, TimersDict
+from otel_rl._internal.shapes import TimersDict
 from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 from otel_rl._internal.threads import start_daemon
@@ -188,9 +188,9 @@ class Runtime:
             # (in another process) is still open: only the main process re-parents.
             bases=self.bases if main else None)
 
-    def _own_open(self) -> list[list[Any]]:
-        return [[sid, psid, name, start, st.tid] for st in recorder.all_stacks()
-                if st.trace is not None for sid, psid, name, start in st.open_blocks()]
+    def _own_open(self) -> list[OpenSpan]:
+        return [block for st in recorder.all_stacks() if st.trace is not None
+                for block in st.open_blocks()]
 
     def relayed_snapshots(self) -> list[Snapshot]:
         """The latest snapshot of every relaying worker (children's children included)."""
@@ -203,18 +203,13 @@ class Runtime:
             todo.extend(snap.get("children") or ())
         return result
 
-    def open_blocks(self) -> list[OpenBlockInfo]:
+    def open_blocks(self) -> list[OpenSpan]:
         """Blocks open now, in this process's stacks and (as of their last snapshot) in its
-        relaying workers', for continuation spans: (pid, span, parent, name, start, thread)."""
-        result: list[OpenBlockInfo] = [(self.pid, sid, psid, name, start, tid)
-                                       for sid, psid, name, start, tid in self._own_open()]
+        relaying workers', for continuation spans."""
+        result = self._own_open()
         for snap in self.relayed_snapshots():
             pid = int(snap.get("pid") or 0)
-            for block in snap.get("open") or ():
-                if isinstance(block, list) and len(block) == 5:
-                    sid, psid, name, start, tid = block
-                    result.append((pid, int(sid), int(psid), str(name),  # type: ignore[call-overload]
-                                   int(start), int(tid)))  # type: ignore[call-overload]
+            result.extend(OpenSpan.all_from_wire(pid, snap.get("open")))
         return result
 
     def bases(self) -> dict[Any, set[int]]:
@@ -406,7 +401,7 @@ class Runtime:
                 "placements": placement.places(),
                 # For the parent's windows (`auto`): blocks open now, and where this process's
                 # threads hang.
-                "open": self._own_open(),
+                "open": [block.wire() for block in self._own_open()],
                 "bases": sorted({st.base.span_id for st in stacks if st.base is not None}),
                 "scalars": _scalars(),
                 "children": children,
@@ -603,9 +598,8 @@ class Runtime:
             trace = st.trace
             if trace is None:
                 continue
-            for sid, psid, name, start in st.open_blocks():
-                trace.sink.append(make(sid, psid, name, start, end_ns, st.tid, trace.trace_id,
-                                       {"attrs": attrs}))
+            for block in st.open_blocks():
+                trace.sink.append(block.record(end_ns, trace.trace_id, {"attrs": attrs}))
 
     def _write_timers_dict(self, tree: TimersDict, quiet: bool = False) -> None:
         if not self.output_dir:

@@ -62,5 +62,3 @@ class TimersDict(NodeDict, total=False):
     notes: list[str]
 
 
-#: An open block, for continuation spans: (pid, span id, parent span id, name, start ns, tid).
-OpenBlockInfo = tuple[int, int, int, str, int, int]

@@ -19,14 +19,11 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, Record, make
+from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, OpenSpan, Record, make
 
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
 _CONTINUATION = {semconv.CONTINUATION: True}
-
-#: (source key, span id, parent span id, name, start perf ns, thread id) of a block still open
-OpenBlock = tuple[Any, int, int, str, int, int]
 
 
 def mix(k: int) -> int:
@@ -88,7 +85,7 @@ class Windower:
     def __init__(self, *, run_id: str, t0_ns: int, window_s: float, every: int,
                  budget: Callable[[], int], main: bool, run_span: tuple[int, int],
                  lag_s: float, own: Batch, outlier_min_s: float = 0.010,
-                 open_blocks: Callable[[], list[OpenBlock]] | None = None,
+                 open_blocks: Callable[[], list[OpenSpan]] | None = None,
                  window_attributes: Callable[[], dict[str, Any]] | None = None,
                  bases: Callable[[], dict[Any, set[int]]] | None = None) -> None:
         self.run_id = run_id
@@ -335,17 +332,17 @@ class Windower:
         hi = min(lo + self.width, now_ns) if current else lo + self.width
         opened = []
         if self.open_blocks is not None:
-            for key, sid, psid, name, start, tid in self.open_blocks():
-                source = self.sources.get(key)
-                if source is None or start + source.offset >= lo:
+            for block in self.open_blocks():  # a block's source key is its pid
+                source = self.sources.get(block.pid)
+                if source is None or block.start_ns + source.offset >= lo:
                     continue  # the block's own span will come to this window when it ends
-                opened.append((key, sid, psid, name, start, hi - source.offset, tid))
+                opened.append((block, hi - source.offset))
         # Every span this window will hold, so that a block whose starter has ended (and is
         # in no window) hangs under the window span instead of a missing parent.
         present = {remap(self.run_span, k)}
         present.update(remap(item[1][SPAN_ID], k) for item in window.records)
         present.update(remap(record[SPAN_ID], k) for _key, record in window.long)
-        present.update(remap(item[1], k) for item in opened)
+        present.update(remap(block.span_id, k) for block, _end in opened)
         self._present[k] = present
         for old in [j for j in self._present if j < k - 3]:
             del self._present[old]
@@ -356,8 +353,9 @@ class Windower:
         for key, record in window.long:
             sid, psid, name, start, end, tid, _trace, _extra = record
             self._continue(key, k, sid, psid, name, start, end, tid)
-        for key, sid, psid, name, start, end, tid in opened:
-            self._continue(key, k, sid, psid, name, start, end, tid, True)
+        for block, end in opened:
+            self._continue(block.pid, k, block.span_id, block.parent_id, block.name,
+                           block.start_ns, end, block.thread_id, True)
         if self.main:
             key = self.own_key
             offset = self.sources[key].offset
