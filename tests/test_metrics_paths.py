@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from otel_rl._internal import metrics as m
-from otel_rl._internal import metrics_paths
+from otel_rl._internal import metrics_paths, wholerun
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.record import OpenSpan
 from otel_rl._internal.recorder import TimerNode
@@ -154,8 +154,10 @@ def test_spans_off_counts_runs_and_seconds_per_path_from_the_trees() -> None:
     update = loop.get_child("update")
     for _ in range(4):
         update.add_time(0.5)
-    worker_tree = {"total": 0.0, "count": 1, "children": {
-        "rollout": {"total": 1.5, "count": 6}}}
+    # A relaying worker's tree as its snapshot arrives: read from the wire into a node.
+    worker_tree = wholerun.received({"contributions": [{"tree": {
+        "total": 0.0, "count": 1, "children": {"rollout": {"total": 1.5, "count": 6}}}}]}
+    )["contributions"][0]["tree"]
     metrics = _metrics(trees=lambda: [("main", 0, root), ("rollout", 2, worker_tree)])
     runs = {(dict(k)["path"], dict(k)["role"], dict(k)["worker"]): p.as_int
             for k, p in _points(metrics, "otel_rl.block.runs").items()}

@@ -34,6 +34,7 @@ from typing import Any
 
 from otel_rl._internal import metrics_paths, procstate, semconv
 from otel_rl._internal.metrics_paths import PathResolver, PathTable
+from otel_rl._internal.node import TreeNode
 from otel_rl._internal.otlp.metrics import (
     Exemplar,
     ExponentialPoint,
@@ -43,7 +44,7 @@ from otel_rl._internal.otlp.metrics import (
     encode_metrics,
 )
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.record import END, EXTRA, SPAN_ID, START, TRACE_ID, Record
+from otel_rl._internal.record import END, EXTRA, SPAN_ID, START, TRACE_ID, OpenSpan, Record
 from otel_rl._internal.shapes import Attributes
 from otel_rl._internal.sinks.base import Stats
 
@@ -199,9 +200,9 @@ class Metrics:
                  gauges: Callable[[], Mapping[str, Mapping[str, Any]]],
                  scalars: Callable[[], Iterable[tuple[str, int, list[list[Any]]]]],
                  dropped: Callable[[], int] | None = None, exponential: bool = False,
-                 open_blocks: Callable[[], Iterable[Any]] | None = None,
+                 open_blocks: Callable[[], Iterable[OpenSpan]] | None = None,
                  roots: Callable[[], Iterable[int]] | None = None,
-                 trees: Callable[[], Iterable[tuple[str, int, Any]]] | None = None,
+                 trees: Callable[[], Iterable[tuple[str, int, TreeNode]]] | None = None,
                  local: Callable[[], Iterable[Any]] | None = None) -> None:
         self.exponential = exponential
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so

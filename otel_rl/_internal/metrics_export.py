@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_rl._internal.metrics import MAIN_ROLE, Metrics, scalar_state
+from otel_rl._internal.node import TreeNode
 from otel_rl._internal.otlp.records import Batch
 
 __all__ = ["MetricsExporter", "attach", "endpoint_of"]
@@ -159,11 +160,11 @@ def attach(rt: Any) -> MetricsExporter | None:
             result.update(ids)
         return result
 
-    def trees() -> list[tuple[str, int, Any]]:
+    def trees() -> list[tuple[str, int, TreeNode]]:
         """spans=off: (role, worker index, tree) of every stack of this process and of each
         relaying worker (its last snapshot)."""
         role, index = str(rt.role or MAIN_ROLE), int(rt.index or 0)
-        result: list[tuple[str, int, Any]] = [
+        result: list[tuple[str, int, TreeNode]] = [
             (role, index, recorder.stack_contribution(st)) for st in recorder.all_stacks()]
         for snap in rt.relayed_snapshots():
             at = snap.get("index")

@@ -26,6 +26,7 @@ from itertools import compress
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.node import TreeNode
 from otel_rl._internal.record import EXTRA, NAME, PARENT_ID, SPAN_ID, THREAD_ID, OpenSpan
 
 __all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "extra_at",
@@ -379,23 +380,18 @@ def unique_paths(trees: Iterable[Any], table: PathTable) -> dict[str, int]:
     return result
 
 
-def tree_totals(tree: Any, table: PathTable,
+def tree_totals(tree: TreeNode, table: PathTable,
                 into: dict[int, list[float]] | None = None) -> dict[int, list[float]]:
-    """{path code: [runs, seconds]} of a stack's tree (a `TimerNode`, or a worker's node
-    dict from its snapshot), added into `into`."""
+    """{path code: [runs, seconds]} of a stack's tree (its own, or a relaying worker's as
+    its snapshot was read), added into `into`."""
     result: dict[int, list[float]] = {} if into is None else into
     todo = [(ROOT, tree)]
     while todo:
         code, node = todo.pop()
-        children = node.get("children") if isinstance(node, Mapping) else node.children
-        for name, child in (children or {}).items():
-            at = table.child(code, str(name))
-            if isinstance(child, Mapping):
-                count, total = child.get("count") or 0, child.get("total") or 0.0
-            else:
-                count, total = child.count, child.total
+        for name, child in node.children.items():
+            at = table.child(code, name)
             slot = result.setdefault(at, [0, 0.0])
-            slot[0] += int(count)
-            slot[1] += float(total)
+            slot[0] += child.count
+            slot[1] += child.total
             todo.append((at, child))
     return result
