@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import builtins
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,21 +53,28 @@ class _Boom(Exception):
     pass
 
 
-def test_the_hot_path_literal_has_the_fields_where_the_constants_say() -> None:
-    # A real block with a real trace: the record the hot path appends, read by name.
+@contextmanager
+def _traced_stack() -> Iterator[tuple[TimerStack, list[Record]]]:
+    """A stack whose blocks append their records (a real trace, room for them) to the list."""
     records: list[Record] = []
     stack = TimerStack()
     stack.trace = Trace(0xABC, 100, records)
     old_cap = recorder.buffer_cap
     recorder.buffer_cap = 1000
     try:
+        yield stack, records
+    finally:
+        recorder.buffer_cap = old_cap
+
+
+def test_the_hot_path_literal_has_the_fields_where_the_constants_say() -> None:
+    # A real block with a real trace: the record the hot path appends, read by name.
+    with _traced_stack() as (stack, records):
         with hierarchical_timer("outer", stack):
             with hierarchical_timer("inner", stack):
                 pass
         with pytest.raises(_Boom), hierarchical_timer("fails", stack):
             raise _Boom("k")
-    finally:
-        recorder.buffer_cap = old_cap
     inner, outer, fails = records
     assert [r[NAME] for r in records] == ["inner", "outer", "fails"]
     assert inner[PARENT_ID] == outer[SPAN_ID] != 0
@@ -81,16 +90,9 @@ def test_the_hot_path_literal_has_the_fields_where_the_constants_say() -> None:
 def test_open_blocks_are_open_spans_that_cross_a_snapshot_and_end_as_records() -> None:
     # The one form of an open block: made by the stack, sent in a snapshot as `wire`, read
     # back by `all_from_wire` (what is not one skipped), ended as a record by `record`.
-    records: list[Record] = []
-    stack = TimerStack()
-    stack.trace = Trace(0xABC, 100, records)
-    old_cap = recorder.buffer_cap
-    recorder.buffer_cap = 1000
-    try:
-        with hierarchical_timer("outer", stack), hierarchical_timer("inner", stack):
-            inner, outer = stack.open_blocks()
-    finally:
-        recorder.buffer_cap = old_cap
+    with _traced_stack() as (stack, records), hierarchical_timer("outer", stack), \
+            hierarchical_timer("inner", stack):
+        inner, outer = stack.open_blocks()
     assert (inner.name, outer.name) == ("inner", "outer")
     assert inner.parent_id == outer.span_id != 0 and outer.parent_id == 0
     assert {inner.pid, outer.pid} == {stack.pid}

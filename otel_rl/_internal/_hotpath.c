@@ -1,11 +1,12 @@
 /* The optional compiled hot path: `hierarchical_timer.__init__/__enter__/__exit__` and the
  * tallied `__enter__`, statement for statement the pure-Python ones in `recorder.py`.
  *
- * Nothing is cached between calls but the slot offsets of the recorder's classes: every
- * module global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`,
- * `buffer_cap`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read from the
- * recorder's namespace at each use, so `arm`/`disarm`, `use_tally`, `reseed_ids` after a fork
- * and `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
+ * It keeps no state of its own but the slot offsets of the recorder's classes: every module
+ * global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`, `buffer_cap`,
+ * `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read from the recorder's
+ * namespace, the five read at every block through a cache dropped whenever that namespace
+ * changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a fork and
+ * `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
  * recorder's own classes are read and written through their slots; anything else through
  * ordinary attribute access (the same as the pure code, only slower). What the fast path does
  * not cover (keyword arguments, say) is handed to the pure function.
@@ -52,7 +53,7 @@ static const char *field_names[N_FIELDS] = {
 static Field fields[N_FIELDS];
 static PyObject *ns;           /* the recorder module's globals */
 static PyObject *real_clock;   /* time.perf_counter_ns: read natively while it is the clock */
-static PyObject *pure_init, *pure_enter, *pure_tallied_enter, *pure_exit;
+static PyObject *pure_init, *pure_exit;  /* what calls the fast path does not cover go to */
 static PyObject *one, *nano;   /* 1 and 1e-9 */
 static PyObject *deque_type, *deque_append;  /* collections.deque and its unbound append */
 static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
@@ -661,10 +662,6 @@ install(PyObject *Py_UNUSED(module), PyObject *args)
     cache_valid = 0;
     Py_INCREF(init);
     Py_XSETREF(pure_init, init);
-    Py_INCREF(enter_fn);
-    Py_XSETREF(pure_enter, enter_fn);
-    Py_INCREF(tallied);
-    Py_XSETREF(pure_tallied_enter, tallied);
     Py_INCREF(exit_fn);
     Py_XSETREF(pure_exit, exit_fn);
     PyTypeObject *type = (PyTypeObject *)timer;

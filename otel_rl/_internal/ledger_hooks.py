@@ -162,7 +162,8 @@ class LedgerState:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.received: dict[int, int] = {}
-        self.died: dict[int, str] = {}
+        #: Workers whose death `worker_lost` handles (once each).
+        self.died: set[int] = set()
         #: Held until the worker's final report or its death was handled (the program may
         #: drop its own reference as soon as `join()` returns).
         self.processes: dict[int, Any] = {}
@@ -285,9 +286,7 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         how = (f"killed by signal {-code}" if code is not None and code < 0
                else f"exit code {code}" if code is not None else "connection closed")
         role = f"{snap.get('role') or 'worker'} {snap.get('index') or 0}"
-        note = (f"worker {role} (pid {pid}) died before it finished ({how}): its blocks since "
-                f"its last report are missing")
-        workers.died[pid] = note
+        workers.died.add(pid)
     cut = _cut_short(rt, pid, snap, how)
     counted = tallyfile.count(path) if isinstance(path, str) else None
     if counted is not None:
@@ -297,16 +296,12 @@ def worker_lost(rt: Runtime, pid: int) -> None:
         note = (f"worker {role} (pid {pid}) died before it finished ({how}): {lost} of its "
                 f"block(s) since its last report were lost (counted)"
                 + (f", {cut} open block(s) exported cut short" if cut else ""))
-        with workers.lock:
-            workers.died[pid] = note
     else:
         recorded = int(snap.get("recorded") or 0)
         lost = max(0, recorded - received)
         note = (f"worker {role} (pid {pid}) died before it finished ({how}): at least {lost} "
                 f"of its block(s) were lost (a lower bound: it had no tally file, no writable "
                 f"/dev/shm or temp dir; what it recorded after its last report is not counted)")
-        with workers.lock:
-            workers.died[pid] = note
     rt.stats.add_dropped("killed worker", lost, None, f"worker pid {pid}: {how}")
     # (never records of this process; and a launcher reading the mirror must not count it
     # again from its tally file, removed only now)

@@ -203,7 +203,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     `folder`: the run's output folder as the launcher knows it."""
     path = _path(run_id, pid)
     if not os.path.exists(path):  # the main process may be a grandchild (a shell between)
-        found = _ledgers(run_id)
+        found = tallyfile.run_files(run_id, ".ledger")  # (one per run)
         path = found[0] if len(found) == 1 else path
     read = _read(path)
     if read is None:
@@ -225,10 +225,10 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if _with_it(summary, slots, run_id, tally):
         # Workers still alive become orphans: each reads what it received from them
         # (`received_from`) and the last to end removes the file (`orphan_ended`).
-        for name in _names(run_id, ".tally"):
-            tallyfile.remove(os.path.join(tallyfile.folder(), name))
+        for tally_path in tallyfile.run_files(run_id, ".tally"):
+            tallyfile.remove(tally_path)
     else:
-        _remove(path)
+        tallyfile.remove(path)
         tallyfile.remove_run(run_id)
     how = (f"killed by {_signal_name(-returncode)}" if returncode < 0
            else "ended without its shutdown")
@@ -259,15 +259,6 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     return note
 
 
-def _names(run_id: str, suffix: str) -> list[str]:
-    prefix = tallyfile.prefix(run_id)
-    try:
-        return [n for n in os.listdir(tallyfile.folder())
-                if n.startswith(prefix) and n.endswith(suffix)]
-    except OSError:
-        return []
-
-
 def received_from(run_id: str, parent: int, pid: int) -> int | None:
     """In an orphaned worker: how many of its records its dead parent (the run's main
     process, under ``otel-rl run``) had received, from the parent's mirror (None: unknown)."""
@@ -286,11 +277,11 @@ def received_from(run_id: str, parent: int, pid: int) -> int | None:
 def orphan_ended(run_id: str, parent: int) -> None:
     """An orphaned worker ends: the parent's mirror goes once no worker of the run is left
     (their tally files are gone by then, or belong to dead processes)."""
-    for name in _names(run_id, ".tally"):
-        pid = name[len(tallyfile.prefix(run_id)):-len(".tally")]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+    for path in tallyfile.run_files(run_id, ".tally"):
+        pid = tallyfile.pid_of(path, run_id)
+        if pid is not None and pid != os.getpid() and _alive(pid):
             return
-    _remove(_path(run_id, parent))
+    tallyfile.remove(_path(run_id, parent))
 
 
 def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
@@ -301,25 +292,19 @@ def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
     orphan and exports the rest itself."""
     received = {slots[i]: slots[i + 1] for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2)
                 if slots[i]}
-    folder, prefix = tallyfile.folder(), tallyfile.prefix(run_id)
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tally")]
-    except OSError:
-        return 0
     lost = dead = alive = 0
-    for name in names:
-        path = os.path.join(folder, name)
-        pid = name[len(prefix):-len(".tally")]
-        if path == own or not pid.isdigit() or received.get(int(pid)) == _ALL:
+    for path in tallyfile.run_files(run_id, ".tally"):
+        pid = tallyfile.pid_of(path, run_id)
+        if path == own or pid is None or received.get(pid) == _ALL:
             continue  # its own; counted by the main process already
-        if _alive(int(pid)):
+        if _alive(pid):
             alive += 1  # it becomes an orphan and says its own losses
             continue
         recorded = tallyfile.count(path)
-        if recorded is None or (int(pid) not in received and len(received) >= _MAX_SOURCES):
+        if recorded is None or (pid not in received and len(received) >= _MAX_SOURCES):
             continue  # unreadable; or past the mirror's table (received unknown)
         dead += 1
-        lost += max(0, recorded - received.get(int(pid), 0))
+        lost += max(0, recorded - received.get(pid, 0))
     if not dead:
         return alive
     summary["upstream"]["killed worker"] = summary["upstream"].get("killed worker", 0) + lost
@@ -345,16 +330,6 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _ledgers(run_id: str) -> list[str]:
-    """The main-process ledger files of run `run_id` (one per run)."""
-    folder, prefix = tallyfile.folder(), tallyfile.prefix(run_id)
-    try:
-        return [os.path.join(folder, name) for name in os.listdir(folder)
-                if name.startswith(prefix) and name.endswith(".ledger")]
-    except OSError:
-        return []
-
-
 def _unfinished(folder: str, run_id: str, pid: int) -> bool:
     """The run in `folder` is this main process's (its mark), and its timers.json is missing
     or a checkpoint's (never the final one)."""
@@ -378,13 +353,6 @@ def _signal_name(signum: int) -> str:
         return f"{signal.Signals(signum).name} (signal {signum})"
     except ValueError:
         return f"signal {signum}"
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _into_timers(folder: str, note: str, summary: dict[str, Any], worst: int) -> None:

@@ -120,17 +120,28 @@ def count(path: str) -> int | None:
     return recorder.tallied_in(memoryview(data).cast("Q"))
 
 
+def run_files(run_id: str, *suffixes: str) -> list[str]:
+    """The paths of run `run_id`'s files (tallies ``.tally``, the main ledger ``.ledger``)
+    ending in one of `suffixes`."""
+    where, start = folder(), prefix(run_id)
+    try:
+        return [os.path.join(where, name) for name in os.listdir(where)
+                if name.startswith(start) and name.endswith(suffixes)]
+    except OSError:
+        return []
+
+
+def pid_of(path: str, run_id: str) -> int | None:
+    """The process id a file of `run_files` belongs to (None: not one of them)."""
+    pid = os.path.splitext(os.path.basename(path))[0][len(prefix(run_id)):]
+    return int(pid) if pid.isdigit() else None
+
+
 def remove_run(run_id: str) -> None:
     """Every tally file of run `run_id` (the main process, at its end: workers that died
     before their first report, or exited without a word, leave theirs)."""
-    start = prefix(run_id)
-    try:
-        names = [name for name in os.listdir(folder())
-                 if name.startswith(start) and name.endswith((".tally", ".ledger"))]
-    except OSError:
-        return
-    for name in names:
-        remove(os.path.join(folder(), name))
+    for path in run_files(run_id, ".tally", ".ledger"):
+        remove(path)
 
 
 def remove(path: str) -> None:
