@@ -203,6 +203,16 @@ def test_the_compiled_reader_refuses_what_is_not_a_record() -> None:
         for bad in (-1, 2**64):
             with pytest.raises(OverflowError):
                 reader.ids(np, [(bad, *good[1:])])
+    records = [good, (2, 0, "new", 0, 5, 7, 5, None), good]
+
+    class Emptying(dict[str, int]):
+        def __missing__(self, name: str) -> int:
+            records.clear()  # Python code run in the middle of the pass: no crash
+            return 3
+
+    codes = np.zeros(3, np.int64)
+    assert COMPILED._fill(records, Emptying(a=1), codes, None, None, None, None) == []
+    assert codes.tolist() == [1, 3, 0]  # read up to the record whose name cleared the list
     with pytest.raises(ValueError, match="8-byte items"):
         COMPILED._fill([good], None, None, np.empty(2, np.int64), None, None, None)
 

@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Record fields (record.py). */
 enum { F_SPAN_ID = 0, F_PARENT_ID = 1, F_NAME = 2, F_START = 3, F_END = 4, F_THREAD_ID = 5,
@@ -48,36 +49,24 @@ out_close(Out *out)
     out->held = 0;
 }
 
-/* names[name] as an int64: the dict's own lookup first, then `__getitem__` (a subclass's
- * `__missing__`), as `map(names.__getitem__, ...)` does. */
-static int
-lookup(PyObject *names, PyObject *name, int64_t *into)
-{
-    PyObject *value = PyDict_GetItemWithError(names, name);  /* borrowed */
-    if (value != NULL) {
-        long long v = PyLong_AsLongLong(value);
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        *into = (int64_t)v;
-        return 0;
-    }
-    if (PyErr_Occurred())
-        return -1;
-    value = PyObject_GetItem(names, name);
-    if (value == NULL)
-        return -1;
-    long long v = PyLong_AsLongLong(value);
-    Py_DECREF(value);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    *into = (int64_t)v;
-    return 0;
-}
+/* Where `long` has 64 bits, PyLong_AsLong: PyLong_AsLongLong goes through a byte array for an
+ * int of more than one 30-bit digit (every perf_counter_ns time), 5x slower. */
+#if SIZEOF_LONG == 8
+#define AS_I64 PyLong_AsLong
+#define AS_U64 PyLong_AsUnsignedLong
+typedef long i64_t;
+typedef unsigned long u64_t;
+#else
+#define AS_I64 PyLong_AsLongLong
+#define AS_U64 PyLong_AsUnsignedLongLong
+typedef long long i64_t;
+typedef unsigned long long u64_t;
+#endif
 
 static int
 as_i64(PyObject *obj, int64_t *into)
 {
-    long long v = PyLong_AsLongLong(obj);
+    i64_t v = AS_I64(obj);
     if (v == -1 && PyErr_Occurred())
         return -1;
     *into = (int64_t)v;
@@ -91,11 +80,49 @@ as_u64(PyObject *obj, uint64_t *into)
         PyErr_SetString(PyExc_TypeError, "an id is not an int");
         return -1;
     }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (v == (unsigned long long)-1 && PyErr_Occurred())
+    u64_t v = AS_U64(obj);
+    if (v == (u64_t)-1 && PyErr_Occurred())
         return -1;
     *into = (uint64_t)v;
     return 0;
+}
+
+/* The codes of the names seen in one `fill` call, by the name object (a batch has few names,
+ * and every record of a block holds the same string object): a slot per pointer hash. */
+#define CACHE_SLOTS 64
+typedef struct {
+    PyObject *name[CACHE_SLOTS];  /* borrowed: the records keep them alive during the call */
+    int64_t code[CACHE_SLOTS];
+} Cache;
+
+/* names[name] as an int64: the dict's own lookup first, then `__getitem__` (a subclass's
+ * `__missing__`), as `map(names.__getitem__, ...)` does. Only values the dict held are cached,
+ * and a `__missing__` call (which may change the dict) empties the cache. */
+static int
+lookup(PyObject *names, PyObject *name, int64_t *into, Cache *cache)
+{
+    size_t slot = ((size_t)name >> 4) % CACHE_SLOTS;
+    if (cache->name[slot] == name) {
+        *into = cache->code[slot];
+        return 0;
+    }
+    PyObject *value = PyDict_GetItemWithError(names, name);  /* borrowed */
+    if (value != NULL) {
+        if (as_i64(value, into) < 0)
+            return -1;
+        cache->name[slot] = name;
+        cache->code[slot] = *into;
+        return 0;
+    }
+    if (PyErr_Occurred())
+        return -1;
+    memset(cache->name, 0, sizeof(cache->name));
+    value = PyObject_GetItem(names, name);
+    if (value == NULL)
+        return -1;
+    int failed = as_i64(value, into);
+    Py_DECREF(value);
+    return failed;
 }
 
 PyDoc_STRVAR(fill_doc,
@@ -121,11 +148,11 @@ fill(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     Out codes, durations, sids, psids, tids;
     codes.held = durations.held = sids.held = psids.held = tids.held = 0;
-    PyObject *extras = NULL;
-    if (out_open(args[2], n, &codes, "codes") < 0 || out_open(args[3], n, &durations, "durations") < 0
+    PyObject *extras = NULL, *r = NULL;
+    if (out_open(args[2], n, &codes, "codes") < 0
+        || out_open(args[3], n, &durations, "durations") < 0
         || out_open(args[4], n, &sids, "sids") < 0 || out_open(args[5], n, &psids, "psids") < 0
         || out_open(args[6], n, &tids, "tids") < 0)
         goto fail;
@@ -136,18 +163,23 @@ fill(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     extras = PyList_New(0);
     if (extras == NULL)
         goto fail;
+    Cache cache;
+    memset(cache.name, 0, sizeof(cache.name));
     int64_t *c = codes.held ? (int64_t *)codes.view.buf : NULL;
     int64_t *d = durations.held ? (int64_t *)durations.view.buf : NULL;
     uint64_t *s = sids.held ? (uint64_t *)sids.view.buf : NULL;
     uint64_t *p = psids.held ? (uint64_t *)psids.view.buf : NULL;
     uint64_t *t = tids.held ? (uint64_t *)tids.view.buf : NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = items[i];
+    /* A `__missing__` or `__index__` runs Python code, which could change a list of records:
+     * each record is held while it is read, and the list's items read again for the next. */
+    for (Py_ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        r = PySequence_Fast_ITEMS(seq)[i];
+        Py_INCREF(r);
         if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < F_COUNT) {
             PyErr_Format(PyExc_TypeError, "record %zd is not a span record", i);
             goto fail;
         }
-        if (c != NULL && lookup(names, PyTuple_GET_ITEM(r, F_NAME), &c[i]) < 0)
+        if (c != NULL && lookup(names, PyTuple_GET_ITEM(r, F_NAME), &c[i], &cache) < 0)
             goto fail;
         if (d != NULL) {
             int64_t start, end;
@@ -176,12 +208,14 @@ fill(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(at);
             }
         }
+        Py_CLEAR(r);
     }
     out_close(&codes); out_close(&durations); out_close(&sids); out_close(&psids);
     out_close(&tids);
     Py_DECREF(seq);
     return extras;
 fail:
+    Py_XDECREF(r);
     out_close(&codes); out_close(&durations); out_close(&sids); out_close(&psids);
     out_close(&tids);
     Py_XDECREF(extras);
