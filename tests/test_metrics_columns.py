@@ -192,6 +192,26 @@ def test_each_column_is_the_pure_readers(seed: int) -> None:
     assert tables[0].name_ids.names == tables[1].name_ids.names
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_the_compiled_histogram_is_numpys(seed: int) -> None:
+    assert COMPILED is not None
+    rng = random.Random(seed)
+    bounds = m._bounds_ns()
+    kinds = rng.randrange(1, 40)
+    n = rng.choice((1, 7, 5_000))  # never empty: the metrics return before
+    # Durations on, just above and below the bounds, 0, negative, huge.
+    pool = [*bounds.tolist(), *(b + 1 for b in bounds.tolist()), *(b - 1 for b in bounds.tolist()),
+            0, -5, 2**62, 999_999_999_999_999]
+    durations = np.array([rng.choice(pool) if rng.random() < 0.5 else
+                          int(rng.lognormvariate(9, 4)) for _ in range(n)], np.int64)
+    codes = np.array([rng.randrange(kinds) for _ in range(n)], np.int64)
+    fast = COMPILED.histogram(np, codes, durations, bounds, kinds)
+    pure = metrics_columns.PURE.histogram(np, codes, durations, bounds, kinds)
+    for a, b in zip(fast, pure, strict=True):
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()  # float sums exactly equal
+    assert int(fast[0].sum()) == n
+
+
 def test_the_compiled_reader_refuses_what_is_not_a_record() -> None:
     assert COMPILED is not None
     good = (1, 0, "a", 0, 5, 7, 5, None)
@@ -213,6 +233,9 @@ def test_the_compiled_reader_refuses_what_is_not_a_record() -> None:
     codes = np.zeros(3, np.int64)
     assert COMPILED._fill(records, Emptying(a=1), codes, None, None, None, None) == []
     assert codes.tolist() == [1, 3, 0]  # read up to the record whose name cleared the list
+    with pytest.raises(ValueError, match="code 3 is out of range"):
+        COMPILED.histogram(np, np.array([0, 3], np.int64), np.zeros(2, np.int64),
+                           m._bounds_ns(), 3)
     with pytest.raises(ValueError, match="8-byte items"):
         COMPILED._fill([good], None, None, np.empty(2, np.int64), None, None, None)
 

@@ -223,8 +223,95 @@ fail:
     return NULL;
 }
 
+/* A read-only buffer of 8-byte items; its item count in `*n`. */
+static int
+in_open(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len % 8) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: a buffer of 8-byte items is needed", what);
+        return -1;
+    }
+    *n = view->len / 8;
+    return 0;
+}
+
+PyDoc_STRVAR(histogram_doc,
+"histogram(codes, durations, bounds, counts, totals, runs, /) -> None\n\n"
+"Add each duration (int64) to its code's (int64, each in range(len(runs))) row of `counts`\n"
+"(int64, len(bounds) + 1 buckets per code: bucket i holds durations in (bounds[i-1],\n"
+"bounds[i]]), its value to totals[code] (float64, in record order) and 1 to runs[code].");
+
+static PyObject *
+histogram(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "histogram() takes 6 arguments");
+        return NULL;
+    }
+    Py_buffer in[3];
+    Py_ssize_t n, nd, nb;
+    Out counts, totals, runs;
+    counts.held = totals.held = runs.held = 0;
+    int opened = 0;
+    if (in_open(args[0], &in[0], &n, "codes") < 0)
+        return NULL;
+    opened = 1;
+    if (in_open(args[1], &in[1], &nd, "durations") < 0)
+        goto fail;
+    opened = 2;
+    if (in_open(args[2], &in[2], &nb, "bounds") < 0)
+        goto fail;
+    opened = 3;
+    if (nd != n) {
+        PyErr_SetString(PyExc_ValueError, "durations: one per code is needed");
+        goto fail;
+    }
+    if (PyObject_GetBuffer(args[5], &runs.view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        goto fail;
+    runs.held = 1;
+    Py_ssize_t kinds = runs.view.len / 8, width = nb + 1;
+    if (out_open(args[3], kinds * width, &counts, "counts") < 0
+        || out_open(args[4], kinds, &totals, "totals") < 0 || runs.view.len != kinds * 8)
+        goto fail;
+    const int64_t *c = (const int64_t *)in[0].buf, *d = (const int64_t *)in[1].buf;
+    const int64_t *b = (const int64_t *)in[2].buf;
+    int64_t *into = (int64_t *)counts.view.buf, *r = (int64_t *)runs.view.buf;
+    double *t = (double *)totals.view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t code = c[i], v = d[i];
+        if (code < 0 || code >= kinds) {
+            PyErr_Format(PyExc_ValueError, "code %lld is out of range", (long long)code);
+            goto fail;
+        }
+        Py_ssize_t lo = 0, hi = nb;  /* the first bound >= v: numpy's searchsorted "left" */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (b[mid] < v)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        into[code * width + lo] += 1;
+        t[code] += (double)v;
+        r[code] += 1;
+    }
+    for (int k = 0; k < opened; k++)
+        PyBuffer_Release(&in[k]);
+    out_close(&counts); out_close(&totals); out_close(&runs);
+    Py_RETURN_NONE;
+fail:
+    for (int k = 0; k < opened; k++)
+        PyBuffer_Release(&in[k]);
+    out_close(&counts); out_close(&totals); out_close(&runs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
+    {"histogram", (PyCFunction)(void (*)(void))histogram, METH_FASTCALL, histogram_doc},
     {NULL, NULL, 0, NULL},
 };
 

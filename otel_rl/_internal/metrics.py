@@ -319,10 +319,7 @@ class Metrics:
         # Path codes are small (at most MAX_PATHS + 2): bincount over all of them, no sort.
         codes = path_codes
         kinds = len(self.paths.paths)
-        buckets = np.searchsorted(bounds, durations, side="left")
-        counts = np.bincount(codes * width + buckets, minlength=kinds * width)
-        totals = np.bincount(codes, weights=durations, minlength=kinds)
-        present = np.flatnonzero(np.bincount(codes, minlength=kinds))
+        counts, totals, present = self.reader.histogram(np, codes, durations, bounds, kinds)
         exp = _exponential_counts(np, codes, durations) if self.exponential else {}
         slowest: dict[int, int] = {}
         if exemplars:
