@@ -27,7 +27,7 @@ Export size: a run of 100 block paths (names) in the main process and 2 workers'
 1,000 runs each: bytes of one ``ExportMetricsServiceRequest`` (as sent, and gzip), and the
 Prometheus series it makes.
 
-    python benchmarks/bench_metrics.py [--quick|--smoke] [--json FILE]
+    python benchmarks/bench_metrics.py [--quick|--smoke] [--rounds N] [--json FILE]
 """
 
 from __future__ import annotations
@@ -337,10 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 9; quick 7)")
     args = parser.parse_args(argv)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     nests = {"smoke": 200, "quick": 20_000, "full": 50_000}[size]
-    rounds = {"smoke": 1, "quick": 7, "full": 9}[size]
+    rounds = args.rounds or {"smoke": 1, "quick": 7, "full": 9}[size]
     print(f"bench_metrics: {rounds} rounds of {nests:,} nests", flush=True)
     return finish(run(nests, rounds, args.seed), args.json, render)
 
