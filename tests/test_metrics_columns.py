@@ -212,6 +212,45 @@ def test_the_compiled_histogram_is_numpys(seed: int) -> None:
     assert int(fast[0].sum()) == n
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_the_compiled_settle_places_records_as_numpys(seed: int) -> None:
+    """Random forests in a batch (records before their parents, some parents outside with
+    codes known or not, some in another thread): the same codes, and `make` called for the
+    same keys in the same order."""
+    assert COMPILED is not None
+    rng = random.Random(seed)
+    n = rng.choice((1, 5, 200, 3_000))
+    names = rng.randrange(1, 12)
+    parent = np.zeros(n, np.int64)
+    same = np.zeros(n, bool)
+    parent_codes = np.full(n, -1, np.int64)
+    for i in range(n):
+        if i + 1 < n and rng.random() < 0.7:  # a parent later in the batch (it ended later)
+            parent[i], same[i] = rng.randrange(i + 1, n), rng.random() < 0.9
+            parent_codes[i] = 0 if not same[i] else -1  # another thread: top-level
+        else:
+            parent_codes[i] = rng.choice((-1, 0, 0, 3, 7))  # outside: unknown, root, known
+    name_codes = np.array([rng.randrange(names) for _ in range(n)], np.int64)
+    start = np.full(n, -1, np.int64)
+    start[[i for i in range(n) if rng.random() < 0.1]] = 5  # a few have codes by name
+    start[-1], parent_codes[-1] = -1, 0  # the outermost: top-level
+    sub = np.arange(n) if rng.random() < 0.5 else np.flatnonzero(start < 0)
+    results = []
+    for reader in (COMPILED, metrics_columns.PURE):
+        calls: list[int] = []
+
+        def make(key: int, calls: list[int] = calls) -> int:
+            calls.append(key)
+            return 100 + len(calls)
+
+        codes = start.copy()
+        reader.settle(np, codes, sub, same[sub], parent[sub], parent_codes[sub],
+                      name_codes[sub], names, make)
+        results.append((codes.tolist(), calls))
+    assert results[0] == results[1]
+    assert results[0][1]  # something was placed
+
+
 def test_the_compiled_reader_refuses_what_is_not_a_record() -> None:
     assert COMPILED is not None
     good = (1, 0, "a", 0, 5, 7, 5, None)
@@ -236,6 +275,10 @@ def test_the_compiled_reader_refuses_what_is_not_a_record() -> None:
     with pytest.raises(ValueError, match="code 3 is out of range"):
         COMPILED.histogram(np, np.array([0, 3], np.int64), np.zeros(2, np.int64),
                            m._bounds_ns(), 3)
+    one = np.zeros(1, np.int64)
+    with pytest.raises(IndexError, match="out of range"):  # a parent outside the batch
+        COMPILED.settle(np, np.full(1, -1, np.int64), one, np.ones(1, bool),
+                        np.array([5], np.int64), one, one, 3, int)
     with pytest.raises(ValueError, match="8-byte items"):
         COMPILED._fill([good], None, None, np.empty(2, np.int64), None, None, None)
 

@@ -309,7 +309,176 @@ fail:
     return NULL;
 }
 
+/* A buffer of `n` items of `size` bytes (n < 0: any count, returned in `*count`). */
+static int
+view_open(PyObject *obj, Py_buffer *view, Py_ssize_t size, Py_ssize_t n, int writable,
+          Py_ssize_t *count, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len % size || (n >= 0 && view->len != n * size)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: a buffer of %zd %zd-byte items is needed", what,
+                     n, size);
+        return -1;
+    }
+    if (count != NULL)
+        *count = view->len / size;
+    return 0;
+}
+
+static int
+compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+PyDoc_STRVAR(settle_doc,
+"settle(codes, sub, same, parent, parent_codes, name_codes, width, make, /) -> None\n\n"
+"`metrics_columns.Reader.settle` in one pass per nesting level: each record sub[j] without a\n"
+"code (codes < 0) whose parent's code is known (same[j]: codes[parent[j]], else\n"
+"parent_codes[j]) gets make(parent code * width + name_codes[j]); per level, all parents'\n"
+"codes are read first and `make` is called once per distinct key, in ascending order.");
+
+static PyObject *
+settle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "settle() takes 8 arguments");
+        return NULL;
+    }
+    Py_buffer views[6];
+    int opened = 0;
+    Py_ssize_t n, m;
+    Py_ssize_t *todo = NULL;
+    int64_t *known = NULL, *keys = NULL, *values = NULL, *distinct = NULL;
+    PyObject *result = NULL;
+    long long width = PyLong_AsLongLong(args[6]);
+    if (width == -1 && PyErr_Occurred())
+        return NULL;
+    if (width <= 0) {
+        PyErr_SetString(PyExc_ValueError, "width must be positive");
+        return NULL;
+    }
+    PyObject *make = args[7];
+    if (view_open(args[0], &views[0], 8, -1, 1, &n, "codes") < 0)
+        return NULL;
+    opened = 1;
+    if (view_open(args[1], &views[1], 8, -1, 0, &m, "sub") < 0)
+        goto done;
+    opened = 2;
+    static const char *names[] = {"same", "parent", "parent_codes", "name_codes"};
+    for (int k = 0; k < 4; k++) {
+        if (view_open(args[2 + k], &views[2 + k], k == 0 ? 1 : 8, m, 0, NULL, names[k]) < 0)
+            goto done;
+        opened = 3 + k;
+    }
+    int64_t *codes = (int64_t *)views[0].buf;
+    const int64_t *sub = (const int64_t *)views[1].buf;
+    const uint8_t *same = (const uint8_t *)views[2].buf;
+    const int64_t *parent = (const int64_t *)views[3].buf;
+    const int64_t *parent_codes = (const int64_t *)views[4].buf;
+    const int64_t *name_codes = (const int64_t *)views[5].buf;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (sub[j] < 0 || sub[j] >= n || (same[j] && (parent[j] < 0 || parent[j] >= n))) {
+            PyErr_SetString(PyExc_IndexError, "a position is out of range");
+            goto done;
+        }
+    }
+    /* An open-addressing table of the level's distinct keys (all >= 0; -1 is empty). */
+    Py_ssize_t capacity = 16;
+    while (capacity < 2 * m)
+        capacity *= 2;
+    todo = PyMem_Malloc((m ? m : 1) * sizeof(Py_ssize_t));
+    known = PyMem_Malloc((m ? m : 1) * sizeof(int64_t));
+    distinct = PyMem_Malloc((m ? m : 1) * sizeof(int64_t));
+    keys = PyMem_Malloc(capacity * sizeof(int64_t));
+    values = PyMem_Malloc(capacity * sizeof(int64_t));
+    if (!todo || !known || !distinct || !keys || !values) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t left = 0;
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (codes[sub[j]] < 0)
+            todo[left++] = j;
+    while (left) {
+        Py_ssize_t ready = 0, count = 0;
+        for (Py_ssize_t t = 0; t < left; t++) {  /* every parent read before any is written */
+            Py_ssize_t j = todo[t];
+            known[t] = same[j] ? codes[parent[j]] : parent_codes[j];
+            ready += known[t] >= 0;
+        }
+        if (!ready)
+            break;
+        memset(keys, 0xff, capacity * sizeof(int64_t));
+        size_t mask = (size_t)capacity - 1;
+        for (Py_ssize_t t = 0; t < left; t++) {
+            if (known[t] < 0)
+                continue;
+            int64_t key = known[t] * width + name_codes[todo[t]];
+            if (key < 0 || name_codes[todo[t]] < 0) {
+                PyErr_SetString(PyExc_ValueError, "a name code is negative");
+                goto done;
+            }
+            known[t] = key;  /* from here: the key (>= 0) */
+            size_t at = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 20 & mask;
+            while (keys[at] != -1 && keys[at] != key)
+                at = (at + 1) & mask;
+            if (keys[at] == -1) {
+                keys[at] = key;
+                distinct[count++] = key;
+            }
+        }
+        qsort(distinct, (size_t)count, sizeof(int64_t), compare_i64);
+        for (Py_ssize_t d = 0; d < count; d++) {  /* ascending, as numpy's pass makes them */
+            PyObject *key = PyLong_FromLongLong(distinct[d]);
+            if (key == NULL)
+                goto done;
+            PyObject *made = PyObject_CallOneArg(make, key);
+            Py_DECREF(key);
+            if (made == NULL)
+                goto done;
+            int64_t value;
+            int failed = as_i64(made, &value);
+            Py_DECREF(made);
+            if (failed)
+                goto done;
+            size_t at = ((uint64_t)distinct[d] * 0x9E3779B97F4A7C15ull) >> 20 & mask;
+            while (keys[at] != distinct[d])
+                at = (at + 1) & mask;
+            values[at] = value;
+        }
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t t = 0; t < left; t++) {
+            Py_ssize_t j = todo[t];
+            if (known[t] < 0) {  /* its parent has no code yet */
+                todo[kept++] = j;
+                continue;
+            }
+            size_t at = ((uint64_t)known[t] * 0x9E3779B97F4A7C15ull) >> 20 & mask;
+            while (keys[at] != known[t])
+                at = (at + 1) & mask;
+            codes[sub[j]] = values[at];
+        }
+        left = kept;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int k = 0; k < opened; k++)
+        PyBuffer_Release(&views[k]);
+    PyMem_Free(todo);
+    PyMem_Free(known);
+    PyMem_Free(distinct);
+    PyMem_Free(keys);
+    PyMem_Free(values);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"settle", (PyCFunction)(void (*)(void))settle, METH_FASTCALL, settle_doc},
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
     {"histogram", (PyCFunction)(void (*)(void))histogram, METH_FASTCALL, histogram_doc},
     {NULL, NULL, 0, NULL},

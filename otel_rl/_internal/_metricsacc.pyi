@@ -1,7 +1,7 @@
 """The metrics' optional compiled column reader (`_metricsacc.c`); see
 `otel_rl._internal.metrics_columns`."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 def fill(records: Sequence[Any], names: Mapping[str, int] | None, codes: Any, durations: Any,
@@ -16,3 +16,7 @@ def histogram(codes: Any, durations: Any, bounds: Any, counts: Any, totals: Any,
     `counts` (int64, len(bounds) + 1 buckets per code: bucket i holds durations in
     (bounds[i-1], bounds[i]]), its value to totals[code] (float64, in record order) and 1 to
     runs[code]."""
+
+def settle(codes: Any, sub: Any, same: Any, parent: Any, parent_codes: Any, name_codes: Any,
+           width: int, make: Callable[[int], int], /) -> None:
+    """`metrics_columns.Reader.settle` in one pass per nesting level (see there)."""

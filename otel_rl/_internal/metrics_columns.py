@@ -7,7 +7,9 @@ one (``_metricsacc.fill``, built beside the compiled hot path) fills every colum
 one pass. Both give the same values, look names up in the same order (so a `PathTable`'s name
 ids and path codes are made in the same order), and find the same records with an extra. The
 histogram step too: numpy's ``searchsorted`` and three ``bincount`` passes, or one compiled
-pass (the same counts, and the same float sums: added in record order).
+pass (the same counts, and the same float sums: added in record order); and the placement of
+records by their parents' codes (`settle`: numpy passes per nesting level, or one compiled
+pass per level with a hash table; `make` called for the same keys in the same order).
 
 `reader(compiled)` picks one: the compiled reader where it is built and the ``accelerator``
 setting is on (`Metrics` is given the setting), else the pure one.
@@ -16,7 +18,7 @@ setting is on (`Metrics` is given the setting), else the pure one.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress
 from types import ModuleType
 from typing import Any
@@ -93,6 +95,41 @@ class Reader:
         return counts, totals, present
 
 
+    def settle(self, np: Any, codes: Any, sub: Any, same: Any, parent: Any, parent_codes: Any,
+               name_codes: Any, width: int, make: Callable[[int], int]) -> None:
+        """Give each record ``sub[j]`` that has no code (``codes < 0``) one once its parent's
+        is known (``same[j]``: the batch's record ``parent[j]``, else ``parent_codes[j]``):
+        ``make(parent code * width + name_codes[j])``, outermost first, one pass per nesting
+        level; per level every parent is read before any code is written, and `make` is
+        called once per distinct key, in ascending order (so paths get their codes in the same
+        order on both readers)."""
+        todo = np.flatnonzero(codes[sub] < 0)
+        while len(todo):
+            known = np.where(same[todo], codes[parent[todo]], parent_codes[todo])
+            ready = known >= 0
+            if not ready.any():
+                return
+            at = todo[ready]
+            pairs = known[ready] * width + name_codes[at]
+            codes[sub[at]] = _distinct_map(np, pairs, make)
+            todo = todo[~ready]
+
+
+def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
+    """`make` of each of `keys` (non-negative ints), called once per distinct key, in
+    ascending order: through a table when the keys span a small range (no sort), else
+    `np.unique`."""
+    top = int(keys.max()) + 1
+    if top <= 4 * len(keys) + 65_536:
+        distinct = np.flatnonzero(np.bincount(keys, minlength=top))
+        table = np.zeros(top, np.int64)
+        table[distinct] = [make(k) for k in distinct.tolist()]
+        return table[keys]
+    distinct, back = np.unique(keys, return_inverse=True)
+    made = np.array([make(k) for k in distinct.tolist()], np.int64)
+    return made[back.reshape(-1)]
+
+
 class _Compiled(Reader):
     """The same columns from ``_metricsacc.fill``: one pass for all of them."""
 
@@ -101,6 +138,7 @@ class _Compiled(Reader):
     def __init__(self, module: ModuleType) -> None:
         self._fill = module.fill
         self._histogram = module.histogram
+        self._settle = module.settle
 
     def extras(self, records: Sequence[Any]) -> list[int]:
         result: list[int] = self._fill(records, None, None, None, None, None, None)
@@ -130,6 +168,14 @@ class _Compiled(Reader):
         psids, codes = np.empty(n, np.uint64), np.empty(n, np.int64)
         self._fill(records, names, codes, None, None, psids, None)
         return psids, codes
+
+    def settle(self, np: Any, codes: Any, sub: Any, same: Any, parent: Any, parent_codes: Any,
+               name_codes: Any, width: int, make: Callable[[int], int]) -> None:
+        i64 = np.int64
+        self._settle(codes, np.ascontiguousarray(sub, i64),
+                     np.ascontiguousarray(same, np.bool_).view(np.uint8),
+                     np.ascontiguousarray(parent, i64), np.ascontiguousarray(parent_codes, i64),
+                     np.ascontiguousarray(name_codes, i64), width, make)
 
     def histogram(self, np: Any, codes: Any, durations: Any, bounds: Any,
                   kinds: int) -> tuple[Any, Any, Any]:

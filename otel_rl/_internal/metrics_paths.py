@@ -260,17 +260,8 @@ class PathResolver:
             """Codes for every record whose parent's code is known, outermost first (one
             pass per nesting level, over the records still without a code)."""
             child = self.table.child
-            todo = np.flatnonzero(codes[sub] < 0)
-            while len(todo):
-                known = np.where(same[todo], codes[parent[todo]], parent_codes[todo])
-                ready = known >= 0
-                if not ready.any():
-                    return
-                at = todo[ready]
-                pairs = known[ready] * width + name_codes[at]
-                codes[sub[at]] = _distinct_map(np, pairs, lambda k: child(k // width,
-                                                                           name_list[k % width]))
-                todo = todo[~ready]
+            reader.settle(np, codes, sub, same, parent, parent_codes, name_codes, width,
+                          lambda k: child(k // width, name_list[k % width]))
 
         settle()
         if last_chance:
@@ -281,20 +272,6 @@ class PathResolver:
                 settle()
         self._recent.append((pid, index, codes, tids))
         return codes
-
-
-def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
-    """`make` of each of `keys` (non-negative ints), called once per distinct key: through a
-    table when the keys span a small range (no sort), else `np.unique`."""
-    top = int(keys.max()) + 1
-    if top <= 4 * len(keys) + 65_536:
-        distinct = np.flatnonzero(np.bincount(keys, minlength=top))
-        table = np.zeros(top, np.int64)
-        table[distinct] = [make(k) for k in distinct.tolist()]
-        return table[keys]
-    distinct, back = np.unique(keys, return_inverse=True)
-    made = np.array([make(k) for k in distinct.tolist()], np.int64)
-    return made[back.reshape(-1)]
 
 
 class _Index:
