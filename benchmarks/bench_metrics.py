@@ -200,9 +200,11 @@ def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
 
 
 def _compiled_columns() -> bool:
-    from otel_rl._internal import metrics_columns
+    """Whether the ``metrics_on`` variant reads columns compiled: built, and the accelerator
+    setting on (``OTEL_RL_ACCELERATOR=false`` runs everything pure, both variants alike)."""
+    from otel_rl._internal import accel, metrics_columns
 
-    return metrics_columns.COMPILED is not None
+    return metrics_columns.COMPILED is not None and accel.wanted()
 
 
 def _constant(value: Any) -> Any:
@@ -266,7 +268,8 @@ def run(nests: int, rounds: int, seed: int) -> dict[str, Any]:
 
 def render(results: dict[str, Any]) -> str:
     s, cfg, export = results["summary"], results["config"], results["export"]
-    columns = "built" if results.get("compiled_columns") else "NOT built: pure here too"
+    columns = ("in use" if results.get("compiled_columns")
+               else "NOT in use (not built, or the accelerator setting is off): pure here too")
 
     def cell(row: dict[str, Any], metric: str) -> str:
         v = row[metric]
