@@ -18,12 +18,30 @@ setting is on (`Metrics` is given the setting), else the pure one.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
-from otel_rl._internal.record import END, EXTRA, NAME, PARENT_ID, SPAN_ID, START, THREAD_ID
+from otel_rl._internal.record import (
+    END,
+    EXTRA,
+    NAME,
+    PARENT_ID,
+    SPAN_ID,
+    START,
+    THREAD_ID,
+    Record,
+)
+
+if TYPE_CHECKING:  # numpy is imported when the metrics first count (`np` below is it)
+    import numpy
+    from numpy.typing import NDArray
+
+    Int64s = NDArray[numpy.int64]
+    UInt64s = NDArray[numpy.uint64]
+    Floats = NDArray[numpy.float64]
+    Bools = NDArray[numpy.bool_]
 
 __all__ = ["COMPILED", "PURE", "Reader", "compiled_module", "reader"]
 
@@ -45,45 +63,48 @@ class Reader:
 
     compiled = False
 
-    def extras(self, records: Sequence[Any]) -> list[int]:
+    def extras(self, records: Sequence[Record]) -> list[int]:
         """Positions of the records that carry an extra (attributes, links: few), at C speed
         (an extra is a non-empty dict or None)."""
         if not any(map(_EXTRA, records)):  # the common case, at half the cost
             return []
         return list(compress(range(len(records)), map(_EXTRA, records)))
 
-    def durations(self, np: Any, records: Sequence[Any]) -> tuple[Any, list[int]]:
+    def durations(self, np: ModuleType, records: Sequence[Record]) -> tuple[Int64s, list[int]]:
         """(end - start of each record as int64, `extras`)."""
         n = len(records)
         return (np.fromiter(map(_END, records), np.int64, n)
                 - np.fromiter(map(_START, records), np.int64, n)), self.extras(records)
 
-    def named(self, np: Any, records: Sequence[Any], names: Mapping[str, int],
-              durations: bool = True) -> tuple[Any, Any, list[int]]:
-        """(names[name] of each record, its duration or None, `extras`)."""
-        n = len(records)
-        codes = np.fromiter(map(names.__getitem__, map(_NAME, records)), np.int64, n)
-        if not durations:
-            return codes, None, self.extras(records)
+    def codes(self, np: ModuleType, records: Sequence[Record], names: dict[str, int]) -> Int64s:
+        """names[name] of each record, as int64 (a dict subclass's ``__missing__`` gives
+        the code of a name it lacks)."""
+        codes: Int64s = np.fromiter(map(names.__getitem__, map(_NAME, records)), np.int64,
+                                    len(records))
+        return codes
+
+    def named(self, np: ModuleType, records: Sequence[Record],
+              names: dict[str, int]) -> tuple[Int64s, Int64s, list[int]]:
+        """(`codes`, `durations`, `extras`)."""
+        codes = self.codes(np, records, names)
         spans, extras = self.durations(np, records)
         return codes, spans, extras
 
-    def ids(self, np: Any, records: Sequence[Any], tids: bool = True) -> tuple[Any, Any]:
+    def ids(self, np: ModuleType, records: Sequence[Record],
+            tids: bool = True) -> tuple[UInt64s, UInt64s | None]:
         """(span ids, thread ids or None) as uint64."""
         n = len(records)
         return (np.fromiter(map(_SID, records), np.uint64, n),
                 np.fromiter(map(_TID, records), np.uint64, n) if tids else None)
 
-    def parents(self, np: Any, records: Sequence[Any],
-                names: Mapping[str, int]) -> tuple[Any, Any]:
-        """(parent ids as uint64, names[name] of each record as int64)."""
-        n = len(records)
-        return (np.fromiter(map(_PSID, records), np.uint64, n),
-                np.fromiter(map(names.__getitem__, map(_NAME, records)), np.int64, n))
+    def parents(self, np: ModuleType, records: Sequence[Record],
+                names: dict[str, int]) -> tuple[UInt64s, Int64s]:
+        """(parent ids as uint64, `codes`)."""
+        return (np.fromiter(map(_PSID, records), np.uint64, len(records)),
+                self.codes(np, records, names))
 
-
-    def histogram(self, np: Any, codes: Any, durations: Any, bounds: Any,
-                  kinds: int) -> tuple[Any, Any, Any]:
+    def histogram(self, np: ModuleType, codes: Int64s, durations: Int64s, bounds: Int64s,
+                  kinds: int) -> tuple[Int64s, Floats, Int64s]:
         """(bucket counts: ``len(bounds) + 1`` per code, int64; the sum of each code's
         durations, float64; the codes present) of `durations` (int64) by `codes` (int64, each
         in ``range(kinds)``); bucket i holds durations in (bounds[i-1], bounds[i]]."""
@@ -94,9 +115,9 @@ class Reader:
         present = np.flatnonzero(np.bincount(codes, minlength=kinds))
         return counts, totals, present
 
-
-    def settle(self, np: Any, codes: Any, sub: Any, same: Any, parent: Any, parent_codes: Any,
-               name_codes: Any, width: int, make: Callable[[int], int]) -> None:
+    def settle(self, np: ModuleType, codes: Int64s, sub: Int64s, same: Bools, parent: Int64s,
+               parent_codes: Int64s, name_codes: Int64s, width: int,
+               make: Callable[[int], int]) -> None:
         """Give each record ``sub[j]`` that has no code (``codes < 0``) one once its parent's
         is known (``same[j]``: the batch's record ``parent[j]``, else ``parent_codes[j]``):
         ``make(parent code * width + name_codes[j])``, outermost first, one pass per nesting
@@ -115,7 +136,7 @@ class Reader:
             todo = todo[~ready]
 
 
-def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
+def _distinct_map(np: ModuleType, keys: Int64s, make: Callable[[int], int]) -> Int64s:
     """`make` of each of `keys` (non-negative ints), called once per distinct key, in
     ascending order: through a table when the keys span a small range (no sort), else
     `np.unique`."""
@@ -124,10 +145,12 @@ def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
         distinct = np.flatnonzero(np.bincount(keys, minlength=top))
         table = np.zeros(top, np.int64)
         table[distinct] = [make(k) for k in distinct.tolist()]
-        return table[keys]
+        found: Int64s = table[keys]
+        return found
     distinct, back = np.unique(keys, return_inverse=True)
     made = np.array([make(k) for k in distinct.tolist()], np.int64)
-    return made[back.reshape(-1)]
+    found = made[back.reshape(-1)]
+    return found
 
 
 class _Compiled(Reader):
@@ -140,45 +163,53 @@ class _Compiled(Reader):
         self._histogram = module.histogram
         self._settle = module.settle
 
-    def extras(self, records: Sequence[Any]) -> list[int]:
+    def extras(self, records: Sequence[Record]) -> list[int]:
         result: list[int] = self._fill(records, None, None, None, None, None, None)
         return result
 
-    def durations(self, np: Any, records: Sequence[Any]) -> tuple[Any, list[int]]:
-        spans = np.empty(len(records), np.int64)
+    def durations(self, np: ModuleType, records: Sequence[Record]) -> tuple[Int64s, list[int]]:
+        spans: Int64s = np.empty(len(records), np.int64)
         return spans, self._fill(records, None, None, spans, None, None, None)
 
-    def named(self, np: Any, records: Sequence[Any], names: Mapping[str, int],
-              durations: bool = True) -> tuple[Any, Any, list[int]]:
+    def codes(self, np: ModuleType, records: Sequence[Record], names: dict[str, int]) -> Int64s:
+        codes: Int64s = np.empty(len(records), np.int64)
+        self._fill(records, names, codes, None, None, None, None)
+        return codes
+
+    def named(self, np: ModuleType, records: Sequence[Record],
+              names: dict[str, int]) -> tuple[Int64s, Int64s, list[int]]:
         n = len(records)
-        codes = np.empty(n, np.int64)
-        spans = np.empty(n, np.int64) if durations else None
+        codes: Int64s = np.empty(n, np.int64)
+        spans: Int64s = np.empty(n, np.int64)
         return codes, spans, self._fill(records, names, codes, spans, None, None, None)
 
-    def ids(self, np: Any, records: Sequence[Any], tids: bool = True) -> tuple[Any, Any]:
+    def ids(self, np: ModuleType, records: Sequence[Record],
+            tids: bool = True) -> tuple[UInt64s, UInt64s | None]:
         n = len(records)
-        sids = np.empty(n, np.uint64)
-        threads = np.empty(n, np.uint64) if tids else None
+        sids: UInt64s = np.empty(n, np.uint64)
+        threads: UInt64s | None = np.empty(n, np.uint64) if tids else None
         self._fill(records, None, None, None, sids, None, threads)
         return sids, threads
 
-    def parents(self, np: Any, records: Sequence[Any],
-                names: Mapping[str, int]) -> tuple[Any, Any]:
+    def parents(self, np: ModuleType, records: Sequence[Record],
+                names: dict[str, int]) -> tuple[UInt64s, Int64s]:
         n = len(records)
-        psids, codes = np.empty(n, np.uint64), np.empty(n, np.int64)
+        psids: UInt64s = np.empty(n, np.uint64)
+        codes: Int64s = np.empty(n, np.int64)
         self._fill(records, names, codes, None, None, psids, None)
         return psids, codes
 
-    def settle(self, np: Any, codes: Any, sub: Any, same: Any, parent: Any, parent_codes: Any,
-               name_codes: Any, width: int, make: Callable[[int], int]) -> None:
+    def settle(self, np: ModuleType, codes: Int64s, sub: Int64s, same: Bools, parent: Int64s,
+               parent_codes: Int64s, name_codes: Int64s, width: int,
+               make: Callable[[int], int]) -> None:
         i64 = np.int64
         self._settle(codes, np.ascontiguousarray(sub, i64),
                      np.ascontiguousarray(same, np.bool_).view(np.uint8),
                      np.ascontiguousarray(parent, i64), np.ascontiguousarray(parent_codes, i64),
                      np.ascontiguousarray(name_codes, i64), width, make)
 
-    def histogram(self, np: Any, codes: Any, durations: Any, bounds: Any,
-                  kinds: int) -> tuple[Any, Any, Any]:
+    def histogram(self, np: ModuleType, codes: Int64s, durations: Int64s, bounds: Int64s,
+                  kinds: int) -> tuple[Int64s, Floats, Int64s]:
         counts = np.zeros(kinds * (len(bounds) + 1), np.int64)
         totals, runs = np.zeros(kinds, np.float64), np.zeros(kinds, np.int64)
         self._histogram(codes, durations, bounds, counts, totals, runs)

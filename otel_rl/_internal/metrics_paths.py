@@ -188,7 +188,7 @@ class PathResolver:
     # -- one batch -------------------------------------------------------------------------------
     def resolve(self, np: Any, pid: int, records: Any, last_chance: bool,
                 extras: Sequence[int] | None = None, threads: Mapping[int, str] | None = None,
-                by_name: Mapping[str, int] | None = None, columns: Any = None,
+                by_name: dict[str, int] | None = None, columns: Any = None,
                 named: Any = None) -> Any:
         """Path codes of `records` (-1: parent not known yet; with `last_chance`, those count
         as top-level). `extras`: the positions of the records that have one (`Reader.extras`;
@@ -206,7 +206,7 @@ class PathResolver:
         if by_name is not None:
             # The common case, at one column's cost: every block's name has one path (the
             # run, window and aggregate spans of the batch are no block's parent here).
-            codes = named if named is not None else reader.named(np, records, by_name, False)[0]
+            codes = named if named is not None else reader.codes(np, records, by_name)
             codes[kinds] = ROOT
             sub = np.flatnonzero(codes < 0)
             if not len(sub):
