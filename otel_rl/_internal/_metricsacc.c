@@ -1,11 +1,15 @@
-/* The metrics' optional compiled column reader: one pass over a batch of span records (tuples,
- * `record.py`'s field order) filling the typed columns the metrics count with numpy.
+/* The metrics' optional compiled column reader: `fill`, one pass over a batch of span records
+ * (tuples, `record.py`'s field order) filling the typed columns the metrics count with numpy;
+ * `histogram`, the durations bucketed per path in one pass; `settle`, records placed by their
+ * parents' path codes in one pass per nesting level.
  *
- * It stands for the pure reader in `metrics_columns.py` (one `np.fromiter(map(itemgetter(i),
- * records))` pass per column, 14-46 ns each): the same values, the same name lookups in the
- * same order (a mapping's `__missing__` is called as `names[name]` calls it), the same
- * positions of the records with an extra. `tests/test_metrics_columns.py` compares the two on
- * random batches, and whole `Metrics` fed by each.
+ * They stand for the pure reader in `metrics_columns.py` (one `np.fromiter(map(itemgetter(i),
+ * records))` pass per column, 14-46 ns each; `searchsorted` and `bincount`; numpy passes per
+ * level): the same values, the same name lookups in the same order (a mapping's `__missing__`
+ * is called as `names[name]` calls it), the same positions of the records with an extra, the
+ * same float sums (added in record order), the same `make` calls in the same order.
+ * `tests/test_metrics_columns.py` compares the two on random batches, and whole `Metrics` fed
+ * by each.
  *
  * Built beside the compiled hot path (setup.py, scripts/build_accel.py), optional: without it
  * the metrics read columns in pure Python.
@@ -223,18 +227,25 @@ fail:
     return NULL;
 }
 
-/* A read-only buffer of 8-byte items; its item count in `*n`. */
+/* A buffer of `n` items of `size` bytes (n < 0: any count, returned in `*count`). */
 static int
-in_open(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *what)
+view_open(PyObject *obj, Py_buffer *view, Py_ssize_t size, Py_ssize_t n, int writable,
+          Py_ssize_t *count, const char *what)
 {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0)
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
-    if (view->len % 8) {
+    if (view->len % size || (n >= 0 && view->len != n * size)) {
         PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: a buffer of 8-byte items is needed", what);
+        if (n < 0)
+            PyErr_Format(PyExc_ValueError, "%s: a buffer of %zd-byte items is needed", what,
+                         size);
+        else
+            PyErr_Format(PyExc_ValueError, "%s: a buffer of %zd %zd-byte items is needed",
+                         what, n, size);
         return -1;
     }
-    *n = view->len / 8;
+    if (count != NULL)
+        *count = view->len / size;
     return 0;
 }
 
@@ -256,13 +267,13 @@ histogram(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Out counts, totals, runs;
     counts.held = totals.held = runs.held = 0;
     int opened = 0;
-    if (in_open(args[0], &in[0], &n, "codes") < 0)
+    if (view_open(args[0], &in[0], 8, -1, 0, &n, "codes") < 0)
         return NULL;
     opened = 1;
-    if (in_open(args[1], &in[1], &nd, "durations") < 0)
+    if (view_open(args[1], &in[1], 8, -1, 0, &nd, "durations") < 0)
         goto fail;
     opened = 2;
-    if (in_open(args[2], &in[2], &nb, "bounds") < 0)
+    if (view_open(args[2], &in[2], 8, -1, 0, &nb, "bounds") < 0)
         goto fail;
     opened = 3;
     if (nd != n) {
@@ -307,24 +318,6 @@ fail:
         PyBuffer_Release(&in[k]);
     out_close(&counts); out_close(&totals); out_close(&runs);
     return NULL;
-}
-
-/* A buffer of `n` items of `size` bytes (n < 0: any count, returned in `*count`). */
-static int
-view_open(PyObject *obj, Py_buffer *view, Py_ssize_t size, Py_ssize_t n, int writable,
-          Py_ssize_t *count, const char *what)
-{
-    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    if (view->len % size || (n >= 0 && view->len != n * size)) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: a buffer of %zd %zd-byte items is needed", what,
-                     n, size);
-        return -1;
-    }
-    if (count != NULL)
-        *count = view->len / size;
-    return 0;
 }
 
 static int
