@@ -463,20 +463,22 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             rt.relay_client = None  # from now on the runtime checkpoints on its own
             if client is not None:
                 client.on_broken = lambda more: orphaned(rt, more)
-                for queue in rt.pipeline.queues:
-                    if queue.sink is client:
-                        queue.retired = True  # new flushes go to the own sinks only
             if rt.output_dir is None and not rt.settings.endpoint:
                 rt.output_dir = os.path.join("otel-rl-runs", rt.run_id)
             sinks = rt.own_sinks()
             own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
                    for sink in sinks for queue in rt.pipeline.queues[:1]]
             rt.ledger_state.own = own
+            # Before its tally goes: while the tally is there, the launcher keeps the
+            # parent's mirror for it (`mainledger.orphan_ended`).
+            _relay_gap(rt)
             if rt.ledger_state.tally is not None:  # nobody reads it any more
                 tallyfile.remove(rt.ledger_state.tally)
                 rt.ledger_state.tally = None
-            _relay_gap(rt)
-            rt.pipeline.queues.extend(own)
+            # New flushes go to the own sinks only: in one step with the hand-off, so that
+            # a flush under way puts its batch into the relay or into these, never neither.
+            rt.pipeline.reroute([q for q in rt.pipeline.queues
+                                 if client is not None and q.sink is client], own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"
             log.warning("otel_rl: worker %d: the parent process is gone; exporting its own "

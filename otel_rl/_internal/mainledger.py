@@ -224,9 +224,13 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     summary = count(slots, header, made)
     if _with_it(summary, slots, run_id, tally):
         # Workers still alive become orphans: each reads what it received from them
-        # (`received_from`) and the last to end removes the file (`orphan_ended`).
+        # (`received_from`) and the last to end removes the file (`orphan_ended`). Their
+        # tally files stay until they read it (each removes its own then): while one is
+        # there, the mirror stays.
         for tally_path in tallyfile.run_files(run_id, ".tally"):
-            tallyfile.remove(tally_path)
+            pid = tallyfile.pid_of(tally_path, run_id)
+            if pid is None or not _alive(pid):
+                tallyfile.remove(tally_path)
     else:
         tallyfile.remove(path)
         tallyfile.remove_run(run_id)
@@ -280,7 +284,9 @@ def orphan_ended(run_id: str, parent: int) -> None:
     for path in tallyfile.run_files(run_id, ".tally"):
         pid = tallyfile.pid_of(path, run_id)
         if pid is not None and pid != os.getpid() and _alive(pid):
-            return
+            return  # a worker that has not read it yet
+    for path in tallyfile.run_files(run_id, ".tally"):
+        tallyfile.remove(path)  # (workers that died before they read it)
     tallyfile.remove(_path(run_id, parent))
 
 

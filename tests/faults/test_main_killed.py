@@ -75,11 +75,7 @@ def _relay_lost(timers: Path) -> int:
     return int(book["sinks"].get("relay", {}).get("lost", {}).get("killed main", 0))
 
 
-@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group", pytest.param(
-    "busy", marks=pytest.mark.xfail(strict=False, reason="known gap (issue 16): with workers "
-                                    "relaying every 0.02 s when the main process dies, a batch "
-                                    "or two (18-30 of 4,403 blocks) went uncounted in 2 of ~8 "
-                                    "runs, under load; not found yet"))])
+@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group", "busy"])
 def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
                                                                 mode: str) -> None:
     out = tmp_path / "out"
