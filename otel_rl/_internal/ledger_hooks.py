@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["DROPPED_KEY", "LEDGER_KEY", "LedgerState", "before_final_flush",
            "checkpoint_inputs", "ledger_metadata", "main_started", "orphaned", "output_dir",
            "parent_gone", "relayed", "shut_down", "snapshot_extras", "snapshot_seen",
-           "timers_written", "watch_parent", "worker_lost"]
+           "timers_written", "watch_parent", "windowed", "worker_lost"]
 
 
 class Runtime(Protocol):
@@ -60,6 +60,7 @@ class Runtime(Protocol):
     output_dir: str | None
     pipeline: Pipeline
     trace: Trace
+    windower: Any
 
     def own_sinks(self) -> list[Sink]: ...
 
@@ -105,6 +106,27 @@ def main_started(rt: Runtime) -> None:
     rt.ledger_state.tally = tally
     mainledger.share(rt.stats.ledger, rt.run_id, rt.output_dir, rt.settings.spans, tally,
                      made_before)
+
+
+def windowed(rt: Runtime, taken: list[Batch], out: list[Batch]) -> None:
+    """After the windows (``spans="auto"``) took a flush, in a main process whose ledger is
+    mirrored (`mainledger`): how many records they have left out for good (taken, neither
+    given out nor waiting in an undecided window) and made up (continuations, window spans),
+    so that a survivor counts a killed main process exactly under ``auto`` too."""
+    ledger = rt.stats.ledger
+    windower = rt.windower
+    if ledger.mirror is None or windower is None:
+        return
+    state = rt.ledger_state
+    try:
+        state.windows_in += sum(len(batch.records) for batch in taken)
+        state.windows_out += sum(len(batch.records) for batch in out)
+        made_up = windower.stats["continuations"] + (windower.stats["windows"] if windower.main
+                                                     else 0)
+        waiting = sum(len(window.records) for window in windower.windows.values())
+    except Exception:  # (a bug costs the count's exactness, never the flush)
+        return
+    ledger.windowed(max(0, state.windows_in - (state.windows_out - made_up) - waiting), made_up)
 
 
 def timers_written(rt: Runtime, size: int) -> None:
@@ -180,6 +202,9 @@ class LedgerState:
         self.shape: dict[int, tuple[Any, int, Any, int]] = {}
         #: Once orphaned under ``otel-rl run``: the dead parent whose mirror it read.
         self.orphan_of: int | None = None
+        #: Records the windows took and gave out so far (`windowed`; a mirrored main only).
+        self.windows_in = 0
+        self.windows_out = 0
         #: Records counted lost by `worker_lost` here (workers of this process that died);
         #: a relaying worker reports it, the main process adds it from every report.
         self.killed = 0

@@ -54,7 +54,8 @@ SURVIVOR_ENV = "OTEL_RL_SURVIVOR"
 _MAIN_ENV = "OTEL_RL_ZEROCODE_MAIN"
 
 _MAGIC = 0x6F746C6C65646731  # "otlledg1"
-#: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length; 8.. upstream by reason;
+#: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length, 4 left out and 5 made up
+#: by the windows (``spans="auto"``); 8.. upstream by reason;
 #: from 32, per sink: offered, delivered, sending, lost by reason (16 slots each).
 _UPSTREAM = 8
 _SINKS = 32
@@ -122,6 +123,8 @@ class Mirror:
                 slots[index + 1] = ledger.sources.get(source, 0) & _ALL
         slots[1] = ledger.taken_in
         slots[2] = ledger.outside
+        slots[4] = ledger.left_out
+        slots[5] = ledger.made_up
         for i, reason in enumerate(REASONS):
             slots[_UPSTREAM + i] = ledger.upstream.get(reason, 0)
 
@@ -176,6 +179,9 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
     upstream = {r: slots[_UPSTREAM + i] for i, r in enumerate(REASONS) if slots[_UPSTREAM + i]}
     taken, outside = slots[1], slots[2]
     inside = sum(upstream.values()) - outside  # upstream losses of records it had held
+    # Under spans="auto": records the windows had left out for good are not held; the ones
+    # they made up were offered but never recorded (`Ledger.windowed`).
+    left_out, made_up = slots[4], slots[5]
     sinks: dict[str, Any] = {}
     for index, (name, label) in enumerate(header.get("sinks") or ()):
         base = _SINKS + _PER_SINK * index
@@ -184,7 +190,8 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
         unconfirmed = lost.pop(UNCONFIRMED, 0)
         pending = max(0, offered - delivered - sum(lost.values()) - unconfirmed)
         flying = min(sending, pending)  # being written when it died: it may have arrived
-        held = max(0, made + taken - offered - inside) if made is not None else 0
+        held = (max(0, made + taken + made_up - offered - inside - left_out)
+                if made is not None else 0)
         for reason, n in upstream.items():
             lost[reason] = lost.get(reason, 0) + n
         killed = held + pending - flying
@@ -194,7 +201,10 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
                        "delivered": delivered, "lost": lost, "pending": 0}
         if unconfirmed + flying:
             sinks[name]["unconfirmed"] = unconfirmed + flying
-    return {"sinks": sinks, "upstream": upstream, "notes": []}
+    summary: dict[str, Any] = {"sinks": sinks, "upstream": upstream, "notes": []}
+    if left_out:
+        summary["left_out"] = left_out
+    return summary
 
 
 def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None) -> str | None:
@@ -228,8 +238,8 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
         # tally files stay until they read it (each removes its own then): while one is
         # there, the mirror stays.
         for tally_path in tallyfile.run_files(run_id, ".tally"):
-            pid = tallyfile.pid_of(tally_path, run_id)
-            if pid is None or not _alive(pid):
+            owner = tallyfile.pid_of(tally_path, run_id)
+            if owner is None or not _alive(owner):
                 tallyfile.remove(tally_path)
     else:
         tallyfile.remove(path)
@@ -249,10 +259,12 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
                              if unsure else ""))
     if made is None:
         exactness = "at least (no tally file: its open and unflushed blocks are not counted)"
-    elif header.get("spans") != "all":
-        exactness = f"at most (spans={header.get('spans')}: records it left out count as held)"
+    elif header.get("spans") == "off":
+        exactness = "at most (spans=off: records it left out count as held)"
     else:
         exactness = "exact"
+        if slots[4]:
+            exactness += f"; {slots[4]} left out by spans={header.get('spans')}, not lost"
     note = (f"the main process (pid {pid}) was {how}: {worst} span(s) were not exported "
             f"[{exactness}]: " + "; ".join(parts or ["no sink"])
             + "".join(f" [{more}]" for more in summary["notes"]))

@@ -91,8 +91,9 @@ class Collector:
                 parsed = [s for rs in ExportTraceServiceRequest.FromString(body).resource_spans
                           for ss in rs.scope_spans for s in ss.spans]
                 spans = len(parsed)
-                timed = sum(1 for s in parsed
-                            if not any(a.key == "otel_rl.kind" for a in s.attributes))
+                timed = sum(1 for s in parsed  # (a window's continuations are not blocks)
+                            if not any(a.key in ("otel_rl.kind", "otel_rl.continuation")
+                                       for a in s.attributes))
                 with self.lock:
                     self.requests += 1
                     self.received += spans

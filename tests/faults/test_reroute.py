@@ -31,6 +31,15 @@ class Keep(Sink):
         pass
 
 
+def _flush_until(pipeline: Pipeline, stop: threading.Event, made: list[int]) -> None:
+    """The worker's flusher: records made (7 per flush), handed off as fast as it can."""
+    while not stop.is_set():
+        for _ in range(7):
+            made[0] += 1
+            pipeline.buffer.append((made[0], 0, "b", 1, 2, 1, 7, None))  # type: ignore[arg-type]
+        pipeline.flush(time.monotonic() + 10, wait=False)
+
+
 def test_a_flush_under_way_goes_to_the_old_queue_or_the_new_ones() -> None:
     for round_ in range(25):
         stats = Stats()
@@ -38,18 +47,9 @@ def test_a_flush_under_way_goes_to_the_old_queue_or_the_new_ones() -> None:
         pipeline = Pipeline(resource={"service.name": "w"}, offset_ns=0, thread_names={},
                             sinks=[relay], stats=stats, flush_interval=3600, max_relayed=1 << 20)
         pipeline.start()
-        made = 0
+        made = [0]
         stop = threading.Event()
-
-        def flusher() -> None:
-            nonlocal made
-            while not stop.is_set():
-                for _ in range(7):
-                    made += 1
-                    pipeline.buffer.append((made, 0, "b", 1, 2, 1, 7, None))  # type: ignore[arg-type]
-                pipeline.flush(time.monotonic() + 10, wait=False)
-
-        thread = threading.Thread(target=flusher)
+        thread = threading.Thread(target=_flush_until, args=(pipeline, stop, made))
         thread.start()
         time.sleep(0.001 * (round_ % 7))
         own = [Keep("file", stats), Keep("otlp", stats)]
@@ -61,7 +61,7 @@ def test_a_flush_under_way_goes_to_the_old_queue_or_the_new_ones() -> None:
         stop.set()
         thread.join()
         pipeline.shutdown(time.monotonic() + 10, 10)
-        everything = set(range(1, made + 1))
+        everything = set(range(1, made[0] + 1))
         old = set(relay.ids)
         assert len(old) == len(relay.ids)
         for sink in own:
@@ -70,4 +70,4 @@ def test_a_flush_under_way_goes_to_the_old_queue_or_the_new_ones() -> None:
             assert old | set(sink.ids) == everything, "a flush went to neither"
         totals = stats.ledger.totals()
         assert totals["relay"]["delivered"] == len(old)
-        assert totals["file"]["delivered"] == totals["otlp"]["delivered"] == made - len(old)
+        assert totals["file"]["delivered"] == totals["otlp"]["delivered"] == made[0] - len(old)
