@@ -159,3 +159,41 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
           f"{gap}; left out by spans=auto {left_out} (exact; the unconfirmed ones may or may "
           "not have arrived)")
     assert mainledger.KILLED_MAIN == "killed main"
+
+
+def test_an_sdk_exporters_call_under_way_at_the_kill_is_unconfirmed(tmp_path: Path) -> None:
+    """A standard SpanExporter's export() that had not returned when the main process was
+    SIGKILLed may have sent its spans: unconfirmed, not lost; the rest it held is lost."""
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    with open(tmp_path / "stderr", "w") as log:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "otel_rl", "run", "--output", str(out), "--",
+             sys.executable, "-m", "tests.faults.sdk_workload", str(out), str(ready)],
+            stdout=log, stderr=log, text=True, cwd=ROOT, env=env())
+        try:
+            assert wait_until(ready.exists, 90), (tmp_path / "stderr").read_text()
+            os.kill(int(ready.read_text()), signal.SIGKILL)
+            launcher.wait(60)
+        finally:
+            launcher.kill()
+    calls = [int(n) for n in Path(f"{ready}.calls").read_text().split()]
+    assert len(calls) == 2
+    book = _book(out)
+    sdk, file = book["sinks"]["exporter:HangsOnSecond"], book["sinks"]["file"]
+    assert set(sdk["lost"]) <= {"killed main"} and set(file["lost"]) <= {"killed main"}
+    # Its first call answered; its second never did: exactly that one's spans unconfirmed.
+    assert sdk["delivered"] == calls[0]
+    assert sdk.get("unconfirmed", 0) == calls[1]
+    assert sdk["delivered"] + sum(sdk["lost"].values()) + calls[1] == sdk["recorded"]
+    # The same records, counted through the file (which also holds the few spans of the
+    # zero-code runtime that configure() replaced, settled by that one).
+    assert file["delivered"] <= len(file_spans(out / "spans.otlp.jsonl"))
+    assert file["delivered"] + sum(file["lost"].values()) + file.get("unconfirmed", 0) \
+        == file["recorded"] == sdk["recorded"]
+    (line,) = [x for x in (tmp_path / "stderr").read_text().splitlines()
+               if x.startswith("otel-rl run: the main process")]
+    assert "[exact]" in line and f"{calls[1]} unconfirmed (being sent when it died)" in line
+    print(f"LEDGER sigkill main, SDK exporter: recorded {sdk['recorded']} / delivered "
+          f"{sdk['delivered']} / lost {sum(sdk['lost'].values())} / unconfirmed {calls[1]} "
+          f"(its call under way); file delivered {file['delivered']} lost "
+          f"{sum(file['lost'].values())}")
