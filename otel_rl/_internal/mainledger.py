@@ -55,18 +55,21 @@ _MAIN_ENV = "OTEL_RL_ZEROCODE_MAIN"
 
 _MAGIC = 0x6F746C6C65646731  # "otlledg1"
 #: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length, 4 left out and 5 made up
-#: by the windows (``spans="auto"``); 8.. upstream by reason;
+#: by the windows (``spans="auto"``), 6 set when the workers' table below could not grow;
+#: 8.. upstream by reason;
 #: from 32, per sink: offered, delivered, sending, lost by reason (16 slots each).
 _UPSTREAM = 8
 _SINKS = 32
 _PER_SINK = 16
 _MAX_SINKS = 14
-#: From slot 256: (worker pid, records received from it) pairs, for workers killed with it.
-_SOURCES = 256
-_MAX_SOURCES = 128
+_INCOMPLETE = 6
 _ALL = 2 ** 64 - 1
 _HEADER_AT = 4096  # bytes: the JSON header (sink names and labels, output folder, ...)
+#: From byte 8192 to the end of the file: (worker pid, records received from it) pairs, in the
+#: order workers first sent, for orphans and for workers killed with it; room for 128 at
+#: first, the file grows (doubling) as more workers come.
 _SIZE = 8192
+_PAIRS = 128
 #: The reason a survivor gives for what the killed main process held.
 KILLED_MAIN = REASONS[5]
 
@@ -77,20 +80,51 @@ class Mirror:
     def __init__(self, path: str, header: dict[str, Any]) -> None:
         import ctypes  # only in a main process that has a survivor
 
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.ftruncate(fd, _SIZE)
-            self._mapping = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED,
-                                      mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        self._ctypes = ctypes
         self.path = path
         self._header = header
+        #: Every mapping made (kept: a grown file is mapped again, the old one stays valid).
+        self._mappings: list[object] = []
+        self._mapping = self._map(_SIZE + 16 * _PAIRS, create=True)
         self._slots = cast(MutableSequence[int],
                            (ctypes.c_uint64 * (_HEADER_AT // 8)).from_buffer(self._mapping))
+        self._pairs = self._pairs_in(self._mapping)
         self._slots[0] = _MAGIC
-        #: Worker pid -> its slot pair (pid, records received from it).
+        #: Worker pid -> its pair's index (pid, records received from it).
         self._sources: dict[int, int] = {}
+
+    def _map(self, size: int, create: bool = False) -> mmap.mmap:
+        fd = os.open(self.path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._mappings.append(mapping)
+        return mapping
+
+    def _pairs_in(self, mapping: mmap.mmap) -> MutableSequence[int]:
+        pairs = (self._ctypes.c_uint64 * ((len(mapping) - _SIZE) // 8)).from_buffer(mapping,
+                                                                                     _SIZE)
+        self._mappings.append(pairs)
+        return cast(MutableSequence[int], pairs)
+
+    def _pair(self, source: int) -> int | None:
+        """The index of worker `source`'s pair, a new one for a new worker (the file grows
+        when full; None if it cannot: slot 6 then says the table is incomplete)."""
+        index = self._sources.get(source)
+        if index is not None:
+            return index
+        index = len(self._sources)
+        if 2 * index + 2 > len(self._pairs):
+            try:
+                self._pairs = self._pairs_in(self._map(_SIZE + 2 * 8 * len(self._pairs)))
+            except (OSError, ValueError):
+                self._slots[_INCOMPLETE] = 1
+                return None
+        self._sources[source] = index
+        self._pairs[2 * index] = source
+        return index
 
     def sinks(self, accounts: dict[str, Any]) -> None:
         self._header["sinks"] = [[name, a.label] for name, a in accounts.items()
@@ -115,12 +149,9 @@ class Mirror:
     def totals(self, ledger: Ledger, source: int | None = None) -> None:
         slots = self._slots
         if source is not None:
-            index = self._sources.get(source)
-            if index is None and len(self._sources) < _MAX_SOURCES:
-                index = self._sources[source] = _SOURCES + 2 * len(self._sources)
-                slots[index] = source
-            if index is not None:  # (-1: its death was counted there)
-                slots[index + 1] = ledger.sources.get(source, 0) & _ALL
+            index = self._pair(source)
+            if index is not None:  # (all ones: its death was counted there)
+                self._pairs[2 * index + 1] = ledger.sources.get(source, 0) & _ALL
         slots[1] = ledger.taken_in
         slots[2] = ledger.outside
         slots[4] = ledger.left_out
@@ -155,13 +186,14 @@ def share(ledger: Ledger, run_id: str, output_dir: str | None, spans: str,
     ledger.attach(mirror)
 
 
-def _read(path: str) -> tuple[list[int], dict[str, Any]] | None:
+def _read(path: str) -> tuple[list[int], dict[str, Any], dict[int, int]] | None:
+    """A mirror's slots, header and received count per worker pid (None: no mirror)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError:
         return None
-    if len(data) != _SIZE:
+    if len(data) < _SIZE or len(data) % 16:
         return None
     slots = list(struct.unpack(f"<{_HEADER_AT // 8}Q", data[:_HEADER_AT]))
     if slots[0] != _MAGIC:
@@ -170,7 +202,13 @@ def _read(path: str) -> tuple[list[int], dict[str, Any]] | None:
         header = json.loads(data[_HEADER_AT:_HEADER_AT + slots[3]].decode("utf-8"))
     except ValueError:
         return None
-    return slots, header if isinstance(header, dict) else {}
+    pairs = memoryview(data)[_SIZE:].cast("Q")
+    received = {}
+    for i in range(0, len(pairs), 2):
+        if pairs[i] == 0:
+            break  # (filled in order)
+        received[pairs[i]] = pairs[i + 1]
+    return slots, header if isinstance(header, dict) else {}, received
 
 
 def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[str, Any]:
@@ -224,7 +262,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
                     "tally or ledger file (no writable /dev/shm or temp dir), so what it had "
                     "not exported is not counted]")
         return None
-    slots, header = read
+    slots, header, received = read
     if header.get("pid") != pid:  # not the launcher's child: how it ended is unknown here
         pid, returncode = int(header.get("pid") or 0), 0
     tally = header.get("tally")
@@ -232,7 +270,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if made is not None:
         made = max(0, made - int(header.get("made_before") or 0))
     summary = count(slots, header, made)
-    if _with_it(summary, slots, run_id, tally):
+    if _with_it(summary, slots, received, run_id, tally):
         # Workers still alive become orphans: each reads what it received from them
         # (`received_from`) and the last to end removes the file (`orphan_ended`). Their
         # tally files stay until they read it (each removes its own then): while one is
@@ -281,13 +319,11 @@ def received_from(run_id: str, parent: int, pid: int) -> int | None:
     read = _read(_path(run_id, parent))
     if read is None:
         return None
-    slots = read[0]
-    for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2):
-        if slots[i] == pid:
-            return None if slots[i + 1] == _ALL else slots[i + 1]
-        if slots[i] == 0:
-            return 0  # (the table is filled in order: it sent nothing that arrived)
-    return None
+    slots, _header, received = read
+    if pid in received:
+        return None if received[pid] == _ALL else received[pid]
+    # Not in the table (filled in order, complete): nothing it sent had arrived.
+    return None if slots[_INCOMPLETE] else 0
 
 
 def orphan_ended(run_id: str, parent: int) -> None:
@@ -302,14 +338,12 @@ def orphan_ended(run_id: str, parent: int) -> None:
     tallyfile.remove(_path(run_id, parent))
 
 
-def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
-             own: object) -> int:
+def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int],
+             run_id: str, own: object) -> int:
     """Workers that died with the main process (a process group killed, a cgroup OOM) left
     their tally files: what each recorded and the main process had not received is lost
     ("killed worker"), for every sink. A worker still alive is left alone: it becomes an
     orphan and exports the rest itself."""
-    received = {slots[i]: slots[i + 1] for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2)
-                if slots[i]}
     lost = dead = alive = 0
     for path in tallyfile.run_files(run_id, ".tally"):
         pid = tallyfile.pid_of(path, run_id)
@@ -319,7 +353,7 @@ def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
             alive += 1  # it becomes an orphan and says its own losses
             continue
         recorded = tallyfile.count(path)
-        if recorded is None or (pid not in received and len(received) >= _MAX_SOURCES):
+        if recorded is None or (pid not in received and slots[_INCOMPLETE]):
             continue  # unreadable; or past the mirror's table (received unknown)
         dead += 1
         lost += max(0, recorded - received.get(pid, 0))
