@@ -95,9 +95,19 @@ def checkpoint_inputs(inputs: TreeInputs, final: bool) -> TreeInputs:
 
 def main_started(rt: Runtime) -> None:
     """The runtime started. The program's main process under ``otel-rl run`` (a launcher
-    survives it) counts in a tally file and mirrors its ledger there (`mainledger`)."""
-    if rt.is_worker or rt.settings.disabled or not mainledger.has_survivor():
+    survives it), or with ``count_if_killed`` (it starts a `watcher` that survives it), counts
+    in a tally file and mirrors its ledger there (`mainledger`)."""
+    if rt.is_worker or rt.settings.disabled:
         return
+    if not mainledger.has_survivor():
+        if not rt.settings.count_if_killed:
+            return
+        from otel_rl._internal import watcher
+
+        if not watcher.start(rt.run_id, rt.output_dir):
+            rt.stats.warn_once("watcher", "count_if_killed: could not start the watcher "
+                               "process; a killed main process's loss will not be counted")
+            return
     from otel_rl._internal import recorder
 
     # Configured again: what it counted for the runtime before was settled by that one.

@@ -39,7 +39,7 @@ from otel_rl._internal.ledger import REASONS, UNCONFIRMED
 if TYPE_CHECKING:
     from otel_rl._internal.ledger import Ledger
 
-__all__ = ["DROPPED_KEY", "LEDGER_KEY", "SURVIVOR_ENV", "Mirror", "after_main",
+__all__ = ["DROPPED_KEY", "LEDGER_KEY", "SURVIVOR_ENV", "Mirror", "after_main", "alive",
            "has_survivor", "share"]
 
 #: A file in the output folder naming the run (and its main pid) that writes there.
@@ -277,7 +277,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
         # there, the mirror stays.
         for tally_path in tallyfile.run_files(run_id, ".tally"):
             owner = tallyfile.pid_of(tally_path, run_id)
-            if owner is None or not _alive(owner):
+            if owner is None or not alive(owner):
                 tallyfile.remove(tally_path)
     else:
         tallyfile.remove(path)
@@ -331,7 +331,7 @@ def orphan_ended(run_id: str, parent: int) -> None:
     (their tally files are gone by then, or belong to dead processes)."""
     for path in tallyfile.run_files(run_id, ".tally"):
         pid = tallyfile.pid_of(path, run_id)
-        if pid is not None and pid != os.getpid() and _alive(pid):
+        if pid is not None and pid != os.getpid() and alive(pid):
             return  # a worker that has not read it yet
     for path in tallyfile.run_files(run_id, ".tally"):
         tallyfile.remove(path)  # (workers that died before they read it)
@@ -344,13 +344,13 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
     their tally files: what each recorded and the main process had not received is lost
     ("killed worker"), for every sink. A worker still alive is left alone: it becomes an
     orphan and exports the rest itself."""
-    lost = dead = alive = 0
+    lost = dead = living = 0
     for path in tallyfile.run_files(run_id, ".tally"):
         pid = tallyfile.pid_of(path, run_id)
         if path == own or pid is None or received.get(pid) == _ALL:
             continue  # its own; counted by the main process already
-        if _alive(pid):
-            alive += 1  # it becomes an orphan and says its own losses
+        if alive(pid):
+            living += 1  # it becomes an orphan and says its own losses
             continue
         recorded = tallyfile.count(path)
         if recorded is None or (pid not in received and slots[_INCOMPLETE]):
@@ -358,17 +358,18 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
         dead += 1
         lost += max(0, recorded - received.get(pid, 0))
     if not dead:
-        return alive
+        return living
     summary["upstream"]["killed worker"] = summary["upstream"].get("killed worker", 0) + lost
     for sink in summary["sinks"].values():
         sink["lost"]["killed worker"] = sink["lost"].get("killed worker", 0) + lost
         sink["recorded"] += lost
     summary["notes"].append(f"{dead} worker(s) died with it: {lost} of their block(s) had not "
                             "reached it (counted from their tally files)")
-    return alive
+    return living
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Process `pid` exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -41,6 +41,12 @@ def expected(mode: str) -> int:
 
 def _launch(out: Path, endpoint: str, ready: Path, done: Path,
             log: Any, mode: str) -> subprocess.Popen[str]:
+    if mode == "code":  # configure() in code, no `otel-rl run`: its watcher counts
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.workload", str(out), "--count-if-killed",
+             "--endpoint", endpoint, "--blocks", str(BLOCKS), "--main-steps", str(MAIN_STEPS),
+             "--ready", str(ready), "--hold", "60", "--workers-done", str(done)],
+            stdout=log, stderr=log, text=True, cwd=ROOT, env=env())
     environ = env()
     environ.update(OTEL_RL_SPANS="all", OTEL_RL_FLUSH_INTERVAL="0.2", OTEL_RL_ENDPOINT=endpoint,
                    OTEL_RL_PROTOCOL="http/protobuf", OTEL_RL_SHUTDOWN_TIMEOUT="3")
@@ -81,7 +87,7 @@ def _relay_lost(timers: Path) -> int:
     return int(book["sinks"].get("relay", {}).get("lost", {}).get("killed main", 0))
 
 
-@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group", "busy", "auto"])
+@pytest.mark.parametrize("mode", ["ok", "slow", "shell", "group", "busy", "auto", "code"])
 def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
                                                                 mode: str) -> None:
     out = tmp_path / "out"
@@ -101,7 +107,12 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
             launcher.wait(60)
         finally:
             launcher.kill()
-        assert launcher.returncode == 128 + signal.SIGKILL
+        if mode == "code":  # the program itself; its watcher says it, then ends
+            assert launcher.returncode == -signal.SIGKILL
+            assert wait_until(lambda: "otel-rl: the main process (pid" in
+                              (tmp_path / "stderr").read_text(), 60)
+        else:
+            assert launcher.returncode == 128 + signal.SIGKILL
         workers = [int(p) for p in ready.read_text().split()] if mode != "group" else []
         time.sleep(1.0)  # the orphans notice at their next flush (every 0.2 s)
         for pid in workers if mode not in BUSY else ():  # they end, their `worker` blocks
@@ -111,9 +122,11 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
         time.sleep(0.5)
         collected = c.blocks
     stderr = (tmp_path / "stderr").read_text()
-    (line,) = [x for x in stderr.splitlines() if x.startswith("otel-rl run: the main process")]
+    (line,) = [x for x in stderr.splitlines()
+               if x.startswith(("otel-rl run: the main process", "otel-rl: the main process"))]
     assert "[exact" in line
-    assert ("ended without its shutdown" if mode == "shell" else "killed by SIGKILL") in line
+    assert ("ended without its shutdown" if mode in ("shell", "code") else "killed by SIGKILL") \
+        in line
     book = _book(out)
     file, otlp = book["sinks"]["file"], book["sinks"]["otlp"]
     for sink in (file, otlp):  # the launcher's own books add up, per sink
@@ -197,3 +210,34 @@ def test_an_sdk_exporters_call_under_way_at_the_kill_is_unconfirmed(tmp_path: Pa
           f"{sdk['delivered']} / lost {sum(sdk['lost'].values())} / unconfirmed {calls[1]} "
           f"(its call under way); file delivered {file['delivered']} lost "
           f"{sum(file['lost'].values())}")
+
+
+def _watchers_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"otel_rl._internal.watcher" in argv and str(pid).encode() in argv:
+                found.append(int(entry))
+    return found
+
+
+def test_count_if_killed_after_a_normal_end_says_nothing_and_its_watcher_ends(
+        tmp_path: Path) -> None:
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.faults.workload", str(out), "--count-if-killed",
+         "--blocks", "20", "--ready", str(ready)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env())
+    assert proc.returncode == 0, proc.stderr
+    main_pid = int(Path(f"{ready}.main").read_text())
+    assert wait_until(lambda: not _watchers_of(main_pid), 30)
+    assert "the main process (pid" not in proc.stderr
+    assert blocks(file_spans(out / "spans.otlp.jsonl")) == expected_blocks(20)
+    tree = json.loads((out / "timers.json").read_text())
+    assert tree.get("complete", True) is not False and "otel_rl_ledger" not in tree["metadata"]
+    run_id = tree["metadata"]["otel_rl_run_id"]
+    assert not list(Path(tallyfile._folder()).glob(f"{tallyfile._prefix(run_id)}*"))
