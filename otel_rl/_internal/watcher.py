@@ -44,9 +44,8 @@ def start(run_id: str, output_dir: str | None) -> bool:
     started = _start_time(pid)
     if started is None:
         return False  # (no /proc: the watcher could not tell this process from a reused pid)
-    import otel_rl
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(otel_rl.__file__)))
+    # The folder otel_rl is imported from, first: the watcher runs this same copy.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_RL_", "TRACEPARENT", "TRACESTATE"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
