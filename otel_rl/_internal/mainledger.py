@@ -282,7 +282,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     else:
         tallyfile.remove(path)
         tallyfile.remove_run(run_id)
-    how = (f"killed by {_signal_name(-returncode)}" if returncode < 0
+    how = (f"was killed by {_signal_name(-returncode)}" if returncode < 0
            else "ended without its shutdown")
     worst = max((sum(s["lost"].values()) for s in summary["sinks"].values()), default=0)
     parts = []
@@ -303,7 +303,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
         exactness = "exact"
         if slots[4]:
             exactness += f"; {slots[4]} left out by spans={header.get('spans')}, not lost"
-    note = (f"the main process (pid {pid}) was {how}: {worst} span(s) were not exported "
+    note = (f"the main process (pid {pid}) {how}: {worst} span(s) were not exported "
             f"[{exactness}]: " + "; ".join(parts or ["no sink"])
             + "".join(f" [{more}]" for more in summary["notes"]))
     summary["notes"].insert(0, note)

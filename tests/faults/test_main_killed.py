@@ -241,3 +241,44 @@ def test_count_if_killed_after_a_normal_end_says_nothing_and_its_watcher_ends(
     assert tree.get("complete", True) is not False and "otel_rl_ledger" not in tree["metadata"]
     run_id = tree["metadata"]["otel_rl_run_id"]
     assert not list(Path(tallyfile._folder()).glob(f"{tallyfile._prefix(run_id)}*"))
+
+
+def test_more_than_128_workers_killed_with_a_main_configured_in_code_are_counted(
+        tmp_path: Path) -> None:
+    """140 forked workers and their main process (count_if_killed) SIGKILLed at once, as a
+    process group: the watcher counts every worker's blocks that had not reached the main
+    process, past the first 128 too."""
+    from tests.faults.many_workers import AFTER, BEFORE
+
+    out, ready, workers = tmp_path / "out", tmp_path / "ready", 140
+    with open(tmp_path / "stderr", "w") as log:
+        program = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.many_workers", str(out), str(ready),
+             str(workers)], stdout=log, stderr=log, text=True, cwd=ROOT, env=env(),
+            start_new_session=True)
+        try:
+            assert wait_until(ready.exists, 120), (tmp_path / "stderr").read_text()
+            os.killpg(program.pid, signal.SIGKILL)
+            program.wait(60)
+            assert wait_until(lambda: "otel-rl: the main process (pid" in
+                              (tmp_path / "stderr").read_text(), 60)
+        finally:
+            try:
+                os.killpg(program.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    (line,) = [x for x in (tmp_path / "stderr").read_text().splitlines()
+               if x.startswith("otel-rl: the main process")]
+    book = _book(out)
+    file = book["sinks"]["file"]
+    spans = file_spans(out / "spans.otlp.jsonl")
+    assert file["delivered"] == len(spans)
+    assert file["lost"]["killed worker"] == workers * AFTER
+    assert f"{workers} worker(s) died with it: {workers * AFTER} of their block(s)" in line
+    assert blocks(spans) + sum(file["lost"].values()) == workers * (BEFORE + AFTER)
+    run_id = json.loads((out / "timers.json").read_text())["metadata"].get("otel_rl_run_id")
+    if run_id:
+        assert not list(Path(tallyfile._folder()).glob(f"{tallyfile._prefix(run_id)}*"))
+    print(f"LEDGER sigkill of a main (count_if_killed) and its {workers} workers: expected "
+          f"{workers * (BEFORE + AFTER)} blocks / delivered {blocks(spans)} / reported lost "
+          f"{sum(file['lost'].values())} ({file['lost']})")
