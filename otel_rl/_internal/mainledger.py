@@ -240,8 +240,10 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
         if unconfirmed + flying:
             sinks[name]["unconfirmed"] = unconfirmed + flying
     summary: dict[str, Any] = {"sinks": sinks, "upstream": upstream, "notes": []}
-    if left_out:
+    if left_out:  # (not lost: the spans policy's)
         summary["left_out"] = left_out
+    if made_up:  # (records, not blocks: what was lost or unconfirmed holds some of them)
+        summary["made_up"] = made_up
     return summary
 
 
