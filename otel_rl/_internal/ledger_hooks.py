@@ -2,10 +2,10 @@
 workers that died, workers whose parent is gone, and two runs sharing one output folder.
 
 Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` holds one
-`LedgerState` and calls `output_dir`, `relayed`, `snapshot_seen`, `worker_lost`,
-`before_final_flush`, `checkpoint_inputs`, `timers_written`, `ledger_metadata`,
-`snapshot_extras`, `watch_parent`, `parent_gone`, `orphaned` and `shut_down` at the points
-their docstrings name. A relaying worker's exact record count lives in `tallyfile`.
+`LedgerState` and calls `main_started`, `output_dir`, `relayed`, `snapshot_seen`,
+`worker_lost`, `before_final_flush`, `checkpoint_inputs`, `timers_written`, `ledger_metadata`,
+`snapshot_extras`, `windowed`, `watch_parent`, `parent_gone`, `orphaned` and `shut_down` at the
+points their docstrings name. A relaying worker's exact record count lives in `tallyfile`.
 """
 
 from __future__ import annotations
