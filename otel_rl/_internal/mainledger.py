@@ -13,14 +13,15 @@ When the main process ends without its shutdown (which removes both files), the 
 records and the workers' records it had received, neither offered to the sink nor lost yet
 (its buffer, its open blocks, the relay's buffer), plus what sat in the sink's queue. That is
 lost ("killed main"); the request or line being written at that moment is "unconfirmed". So,
-per sink: recorded = delivered + lost + unconfirmed, exactly (with ``spans="all"``; with
-``auto``, records the policy left out cannot be told from held ones: "at most"). It says so in
-one line and writes it into the run's timers.json (`otel_rl_ledger`, a note, ``complete:
+per sink: recorded = delivered + lost + unconfirmed, exactly (with ``spans="auto"`` too: the
+windows' records left out for good and made up are mirrored, `Ledger.windowed`). It says so
+in one line and writes it into the run's timers.json (`otel_rl_ledger`, a note, ``complete:
 false``). Without a tally file the count is a lower bound, and the line says so.
 
-Without a survivor (``configure()`` in code, run directly) nothing is copied: the main process
-runs the plain hot path; a SIGKILL then loses its unflushed records uncounted, and only the
-periodic timers.json's note ("never finished") says it (see docs/DESIGN.md).
+``configure()`` in code has a survivor only with ``count_if_killed`` (`watcher`, which runs
+`after_main` too). Without one nothing is copied: the main process runs the plain hot path; a
+SIGKILL then loses its unflushed records uncounted, and only the periodic timers.json's note
+("never finished") says it (see docs/DESIGN.md).
 """
 
 from __future__ import annotations
