@@ -12,7 +12,8 @@ iteration left out (warm-up); and the CPU seconds (every thread) of the driver, 
 and the Learner at the end of training, the steadier figure on a shared machine (Ray's own
 daemons and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's build are not counted (they are
 the same code either way, and their time is noise here). Reported: medians (min-max) and the
-ratio of medians otel_rl / plain, plus the spread of the per-round ratios. Checks: every run
+ratio of medians otel_rl / plain, plus the spread of the per-round ratios and their median
+with a 95 % bootstrap interval (`_stats`). Checks: every run
 exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
 ``sample`` blocks under ``env_runner_sampling_timer``.
 """
@@ -32,6 +33,7 @@ import time
 from typing import Any
 
 from _report import failed_checks_lines, finish
+from _stats import median_ci
 from bench_sample_factory import venv_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,7 +110,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "of_medians": summary["otel_rl"][key]["median"] / plain_median if plain_median
             else 0.0,
             "per_round_min": min(per_round, default=0.0),
-            "per_round_max": max(per_round, default=0.0)}
+            "per_round_max": max(per_round, default=0.0),
+            # The median of the per-round ratios and its 95 % bootstrap interval.
+            "per_round_median_ci": list(median_ci(per_round))}
     return {"summary": summary, "ratios": ratios}
 
 
@@ -128,6 +132,9 @@ def render(results: dict[str, Any]) -> str:
     cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
              f"{r[k]['per_round_max']:.3f})" for k in ("it_per_s", "cpu_s", "wall_s")]
     lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
+    cells = ["{:.3f} [{:.3f}–{:.3f}]".format(*r[k]["per_round_median_ci"])
+             for k in ("it_per_s", "cpu_s", "wall_s")]
+    lines.append("| per-round ratio, median [95 % CI] | " + " | ".join(cells) + " |")
     return "\n".join([*failed_checks_lines(results), *lines])
 
 
