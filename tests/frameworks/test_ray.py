@@ -199,9 +199,14 @@ def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) ->
 #: grpcio) then run in the forked child on a state they skipped preparing ("Other threads are
 #: currently calling into gRPC, skipping fork() handlers"), and the child dies before its
 #: exec (SIGSEGV, or gRPC's "Check failed: next_worker->state == KICKED" abort): "Starting
-#: Ray client server failed", in 3 of 10 plain ``ray start`` + ``ray.init("ray://...")`` runs
+#: Ray client server failed", in 3 of 18 plain ``ray start`` + ``ray.init("ray://...")`` runs
 #: here without otel_rl (ray-project/ray#63202). gRPC's documented remedy for a process that
-#: always execs right after fork is ``GRPC_ENABLE_FORK_SUPPORT=false``: 0 failures then.
+#: always execs right after fork is ``GRPC_ENABLE_FORK_SUPPORT=false``: 0 of 18 then.
+#: Another limit of Ray's, met by running a second Ray Client cluster beside this test: the
+#: per-connection servers take ports from a fixed range (23000-24000) after a bind check,
+#: and two clusters connecting at once on one machine can start theirs on the same port
+#: ("Stream removed (Socket closed)" in the proxier); test sessions using the Ray venv are
+#: serialized by its lock (`conftest.framework_venv`), so the suite never does that itself.
 RAY_CLIENT_HEAD_ENV = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
 
 
