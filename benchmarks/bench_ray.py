@@ -18,7 +18,9 @@ are interleaved: every round runs each once, in a shuffled order.
    on/off, each with a 95 % bootstrap interval of the median (`_stats`). Also otel_rl's own
    part alone: the submit wrapper around a no-op stand-in for Ray's ``_remote`` minus the
    stand-in called directly (CPU µs per call), and its share of a plain submission's
-   thread CPU.
+   thread CPU. And the round trip: calls made one at a time and waited for
+   (``ray.get(f.remote())``, ``N / 4`` a batch), the latency a caller sees with the
+   worker's side of the call (taking the carrier off, its caller's stack) included.
 2. Per-block cost in a worker: 20,000 empty 1-deep ``with timer("step")`` blocks (after
    2,000 of warm-up), CPU time per block of the thread and of the process, in a Ray actor of
    the run and in a ``fork``ed ``multiprocessing`` worker of the same run. Reported: µs per
@@ -97,9 +99,21 @@ def _submit(calls: int, target: Any, with_arg: bool) -> tuple[float, float, floa
     return elapsed / calls, used / calls, thread / calls
 
 
+def _round_trips(calls: int, target: Any) -> tuple[float, float, float]:
+    """Seconds per call made one at a time and waited for (``ray.get(f.remote())``: the
+    latency a caller sees, the worker's side included): wall, process CPU, thread CPU."""
+    start, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
+    for _ in range(calls):
+        ray.get(target.remote())
+    elapsed = time.perf_counter() - start
+    used, thread = time.process_time() - cpu, time.thread_time() - own
+    return elapsed / calls, used / calls, thread / calls
+
+
 #: The measures of a submission, in `_submit`'s order.
 METRICS = ("wall", "cpu", "thread")
-STEPS = {"task": "`f.remote()`", "arg": "`g.remote(1)`", "actor": "`a.m.remote()`"}
+STEPS = {"task": "`f.remote()`", "arg": "`g.remote(1)`", "actor": "`a.m.remote()`",
+         "task rtt": "`ray.get(f.remote())`", "actor rtt": "`ray.get(a.m.remote())`"}
 
 
 def main() -> int:
@@ -156,13 +170,18 @@ def main() -> int:
                     results["block fork cpu"].append(cpu)
                     worker.join()
                     continue
-                target = {"task": noop, "arg": one, "actor": actor.noop}[step]
+                target = {"task": noop, "arg": one, "actor": actor.noop, "task rtt": noop,
+                          "actor rtt": actor.noop}[step]
                 # A-B-B-A: a drift in the machine's load within the round weighs on both.
                 first = random.random() < 0.5
                 sums = {False: [0.0, 0.0, 0.0], True: [0.0, 0.0, 0.0]}
                 for on in (first, not first, not first, first):
                     use(on)
-                    for i, value in enumerate(_submit(calls, target, step == "arg")):
+                    if step.endswith("rtt"):
+                        values = _round_trips(max(calls // 4, 1), target)
+                    else:
+                        values = _submit(calls, target, step == "arg")
+                    for i, value in enumerate(values):
                         sums[on][i] += value / 2
                 use(True)
                 for on, values in sums.items():
