@@ -140,21 +140,13 @@ def carrier_for_call() -> str | None:
 def _patched_flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> Any:
     # Runs on every submission: a call without our argument goes straight to Ray's.
     if not kwargs or KEY not in kwargs:
-        return _flatten_args(signature_parameters, args, kwargs)
+        return _original["flatten_args"](signature_parameters, args, kwargs)
     handed = kwargs.pop(KEY)
     if not args and not kwargs and not signature_parameters:
         return [KEY, handed]  # Ray's own no-argument shortcut (nothing to check), plus ours
-    flat = _flatten_args(signature_parameters, args, kwargs)
+    flat = _original["flatten_args"](signature_parameters, args, kwargs)
     flat += [KEY, handed]
     return flat
-
-
-def _ray_flatten_args(*args: Any) -> Any:
-    return _original["flatten_args"](*args)
-
-
-#: Ray's own ``flatten_args`` (set by `patch_submit`; until then, looked up).
-_flatten_args: Callable[..., Any] = _ray_flatten_args
 
 
 def _task_name(target: Any) -> str:
@@ -300,7 +292,6 @@ def client_mode() -> bool:
 
 def patch_submit() -> None:
     """Make every task, actor creation and actor method call carry the caller's context."""
-    global _flatten_args
     if _original:
         return
     import ray._common.signature as signature
@@ -309,7 +300,7 @@ def patch_submit() -> None:
     from ray._private.client_mode_hook import client_mode_should_convert
 
     _original["client_mode"] = client_mode_should_convert
-    _original["flatten_args"] = _flatten_args = signature.flatten_args
+    _original["flatten_args"] = signature.flatten_args
     signature.flatten_args = _patched_flatten_args
     for key, owner in (("task", ray.remote_function.RemoteFunction),
                        ("method", ray.actor.ActorMethod), ("actor", ray.actor.ActorClass)):
@@ -344,7 +335,7 @@ def _carrier_in_task_name(is_task: bool) -> str | None:
     process title are given the program's name back (they took the whole name). `is_task`:
     a task's call, not an actor's (known from the executor: asking Ray, ``actor_id``, costs
     ~4.5 µs a call here)."""
-    worker, prefix, setproctitle = _ray_parts or _load_ray_parts()
+    worker, prefix, setproctitle = _ray_parts.get("parts") or _load_ray_parts()
     name: str = worker.core_worker.get_current_task_name()
     if MARK not in name:
         return None
@@ -360,18 +351,19 @@ def _carrier_in_task_name(is_task: bool) -> str | None:
     return value
 
 
-#: Ray's worker, log-prefix marker and ``setproctitle``, looked up once (not per call).
-_ray_parts: tuple[Any, str, Callable[[str], Any]] | None = None
+#: ``"parts"``: Ray's worker, log-prefix marker and ``setproctitle``, looked up once (not
+#: per call).
+_ray_parts: dict[str, tuple[Any, str, Callable[[str], Any]]] = {}
 
 
 def _load_ray_parts() -> tuple[Any, str, Callable[[str], Any]]:
-    global _ray_parts
     import ray._private.worker as ray_worker
     import ray._raylet
     from ray._private.ray_constants import LOG_PREFIX_TASK_NAME
 
-    _ray_parts = (ray_worker.global_worker, LOG_PREFIX_TASK_NAME, ray._raylet.setproctitle)
-    return _ray_parts
+    parts = (ray_worker.global_worker, LOG_PREFIX_TASK_NAME, ray._raylet.setproctitle)
+    _ray_parts["parts"] = parts
+    return parts
 
 
 def _is_actor_executor(executor: Any) -> bool:
