@@ -31,6 +31,7 @@ import mmap
 import os
 import signal
 import struct
+import time
 from collections.abc import MutableSequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -348,10 +349,12 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
     ("killed worker"), for every sink. A worker still alive is left alone: it becomes an
     orphan and exports the rest itself."""
     lost = dead = living = 0
-    for path in tallyfile.run_files(run_id, ".tally"):
+    paths = [path for path in tallyfile.run_files(run_id, ".tally") if path != own]
+    _settle([pid for pid in (tallyfile.pid_of(path, run_id) for path in paths) if pid])
+    for path in paths:
         pid = tallyfile.pid_of(path, run_id)
-        if path == own or pid is None or received.get(pid) == _ALL:
-            continue  # its own; counted by the main process already
+        if pid is None or received.get(pid) == _ALL:
+            continue  # not a worker's; or counted by the main process already
         if alive(pid):
             living += 1  # it becomes an orphan and says its own losses
             continue
@@ -369,6 +372,22 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
     summary["notes"].append(f"{dead} worker(s) died with it: {lost} of their block(s) had not "
                             "reached it (counted from their tally files)")
     return living
+
+
+def _settle(pids: list[int], quiet_s: float = 0.5, limit_s: float = 5.0) -> None:
+    """Until the workers dying with the main process have ended: a process group's SIGKILL
+    (or a cgroup's OOM kill) reaches its members one by one, and a member not yet gone would
+    pass for an orphan that counts itself, and be counted by nobody. Returns once no worker
+    has ended for `quiet_s` (those left are orphans), or after `limit_s`."""
+    living = {pid for pid in pids if alive(pid)}
+    now = time.monotonic()
+    changed, limit = now, now + limit_s
+    while living and now < limit and now - changed < quiet_s:
+        time.sleep(0.02)
+        still = {pid for pid in living if alive(pid)}
+        now = time.monotonic()
+        if still != living:
+            living, changed = still, now
 
 
 def alive(pid: int) -> bool:

@@ -32,3 +32,25 @@ def test_the_mirror_keeps_every_workers_received_count_past_its_first_table() ->
         assert mainledger.received_from(run_id, parent, 4_000_000) == 0  # sent nothing
     finally:
         tallyfile.remove_run(run_id)
+
+
+def test_workers_still_dying_with_the_main_process_are_waited_for_and_orphans_are_not() -> None:
+    """A process group's SIGKILL reaches its members one by one: a worker not yet gone when
+    the launcher looks would pass for an orphan (which counts itself) and be counted by
+    nobody. The launcher waits until no worker has ended for a while, then leaves the live
+    ones to count themselves."""
+    import subprocess
+    import sys
+    import time
+
+    dying = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.1)  # both running
+        mainledger._settle([dying.pid, orphan.pid])
+        assert not mainledger.alive(dying.pid)  # ended (a zombie until reaped: dead)
+        assert mainledger.alive(orphan.pid)
+    finally:
+        orphan.kill()
+        orphan.wait()
+        dying.wait()
