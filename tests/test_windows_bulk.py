@@ -105,8 +105,7 @@ def windower(bulk: bool, budget: int, every: int, main: bool = True) -> Windower
 
 
 def copy(batch: Batch) -> Batch:
-    return Batch(batch.resource, batch.offset_ns, list(batch.records), batch.thread_names,
-                 batch.columns)
+    return Batch(batch.resource, batch.offset_ns, list(batch.records), batch.thread_names)
 
 
 def run_both(seed: int, budget: int, every: int, main: bool = True) -> tuple[Windower, int]:
@@ -115,7 +114,7 @@ def run_both(seed: int, budget: int, every: int, main: bool = True) -> tuple[Win
     exported = 0
     for i, (now, batches) in enumerate(flushes):
         final = i == len(flushes) - 1
-        got = bulk.process([copy(b) for b in batches], now, final)
+        got = bulk.process(batches, now, final)  # relayed batches' records not made yet
         want = reference.process([copy(b) for b in batches], now, final)
         assert [(b.resource, b.records) for b in got] == [(b.resource, b.records) for b in want]
         exported += sum(len(b.records) for b in got)
@@ -231,3 +230,30 @@ def test_an_outlier_needs_twenty_durations_before_it_in_bulk_as_one_by_one(
         w.process([], T0 + 10 * SECOND, final=True)
         kept.append(w.kept.get(1))
     assert kept[0] == kept[1] == ("outlier" if before >= 20 else None)
+
+
+def test_relayed_records_are_made_on_first_need_and_equal_the_records_sent() -> None:
+    rng = random.Random(5)
+    records = [(i + 1, i, f"n{i % 3}", 10 * i, 10 * i + 5, 7, 0xAB if i % 2 else 0xCD,
+                {"attrs": {"i": i}} if i % 4 == 0 else None) for i in range(50)]
+    sent = Batch({semconv.PROCESS_PID: 3}, 11, records, {7: "main"})
+    for _ in range(3):
+        rows = relayed(sent).records
+        positions = rng.sample(range(50), 10)
+        assert rows.take(positions) == [records[i] for i in positions]  # type: ignore[attr-defined]
+        assert rows[-1] == records[-1] and rows[7] == records[7] and len(rows) == 50
+        assert not rows.made  # type: ignore[attr-defined]
+        assert list(rows) == records and rows == records and rows[3:9] == records[3:9]
+        assert rows.take(positions) == [records[i] for i in positions]  # type: ignore[attr-defined]
+    with pytest.raises(IndexError):
+        relayed(sent).records[50]
+
+
+def test_a_frame_naming_a_block_name_it_does_not_have_is_refused_whole() -> None:
+    frame = relay.encode_columns(Batch({}, 0, [(1, 0, "a", 1, 2, 3, 4, None)]))
+    body = bytearray(frame[relay.FRAME_HEADER.size:])
+    after = 8 * 3 + 4  # the columns after the name index: starts, ends, thread ids, traces
+    assert relay.decode_columns(bytes(body)).records[0][2] == "a"
+    body[-after - 4:-after] = (9).to_bytes(4, sys.byteorder)  # a name index past the names
+    with pytest.raises(ValueError, match="index out of range"):
+        relay.decode_columns(bytes(body))

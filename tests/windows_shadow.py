@@ -63,9 +63,9 @@ def install() -> None:
         shadow = getattr(self, "_shadow", None)
         if shadow is None:
             return original_process(self, batches, now_ns, final)
+        out = original_process(self, batches, now_ns, final)  # (records not made yet)
         copies = [Batch(b.resource, b.offset_ns, list(b.records), b.thread_names)
                   for b in batches]
-        out = original_process(self, batches, now_ns, final)
         expected = original_process(shadow, copies, now_ns, final)
         REPORT["flushes"] += 1
         if _shape(out) != _shape(expected):

@@ -204,7 +204,9 @@ def relayed(rt: Runtime, batch: Batch) -> None:
                                       int(records[-1][TRACE_ID]))
             opened = workers.open_sids.get(pid)
             if opened:  # blocks open at its last report that ended since
-                opened.difference_update([record[SPAN_ID] for record in records])
+                columns = batch.columns  # (a relayed batch's records are made on first need)
+                opened.difference_update(columns.sids if columns is not None
+                                         else [record[SPAN_ID] for record in records])
         except (TypeError, IndexError, ValueError):
             pass  # not records as this module knows them: no cut-short copies then
 

@@ -53,9 +53,9 @@ class _Window:
         # (source, record, start epoch ns, end epoch ns)
         self.records: Any = [] if scheduled else deque(maxlen=cap)
         # A ring's arrivals from relayed batches, not made into `records` items yet
-        # (`windows_bulk`): (source, records, starts, ends), oldest first;
+        # (`windows_bulk`): (source, records, positions, starts, ends), oldest first;
         # `pending` items in all, never more than the ring keeps.
-        self.chunks: list[tuple[Any, list[Record], Any, Any]] = []
+        self.chunks: list[tuple[Any, Any, Any, Any, Any]] = []
         self.pending = 0
         self.long: list[tuple[Any, Any]] = []  # records that started earlier and end here
         self.cut: int | None = None  # records starting at/after this epoch ns are out
@@ -68,14 +68,16 @@ class _Window:
         since = self.since
         return since is None or start >= since or end >= since
 
-    def add_chunk(self, key: Any, records: list[Record], starts: Any, ends: Any) -> None:
-        """Ring arrivals from a relayed batch, their times as arrays (made into items only if
-        the window is kept); chunks the ring would have pushed out entirely are forgotten."""
-        self.chunks.append((key, records, starts, ends))
-        self.pending += len(records)
+    def add_chunk(self, key: Any, records: Any, positions: Any, starts: Any,
+                  ends: Any) -> None:
+        """Ring arrivals from a relayed batch, their times as arrays: `records` (positions
+        None) or the batch's `Rows` and the positions in it, made into items only if the
+        window is kept; chunks the ring would have pushed out entirely are forgotten."""
+        self.chunks.append((key, records, positions, starts, ends))
+        self.pending += len(starts)
         cap = self.records.maxlen
-        while self.pending - len(self.chunks[0][1]) >= cap:
-            self.pending -= len(self.chunks.pop(0)[1])
+        while self.pending - len(self.chunks[0][3]) >= cap:
+            self.pending -= len(self.chunks.pop(0)[3])
 
     def held(self) -> int:
         """How many records the window holds now (a ring: at most its length)."""
@@ -86,13 +88,17 @@ class _Window:
     def settle(self) -> None:
         """Make the pending chunks `records` items: what appending them one by one leaves."""
         skip = max(0, self.pending - self.records.maxlen)  # pushed out by later ones anyway
-        for key, records, starts, ends in self.chunks:
-            if skip >= len(records):
-                skip -= len(records)
+        for key, records, positions, starts, ends in self.chunks:
+            if skip >= len(starts):
+                skip -= len(starts)
                 continue
-            if skip:
-                records, starts, ends, skip = records[skip:], starts[skip:], ends[skip:], 0
-            self.records.extend(zip(repeat(key), records, starts.tolist(), ends.tolist()))
+            if positions is None:
+                records = records[skip:]
+            else:
+                records = records.take(positions[skip:].tolist())
+            self.records.extend(zip(repeat(key), records, starts[skip:].tolist(),
+                                    ends[skip:].tolist()))
+            skip = 0
         self.chunks = []
         self.pending = 0
 

@@ -23,10 +23,12 @@ The result is the same windows, spans, ids and counts as `Windower._take` on the
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from itertools import pairwise, repeat
 from typing import Any
 
 from otel_rl._internal import semconv
+from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import EXTRA, SPAN_ID, Record
 
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
@@ -43,6 +45,12 @@ def beyond(n: int, total: int, squares: int, duration: int) -> bool:
     x = n * duration - total  # n x (duration - mean)
     return (x > 0 and 2 * n * duration > 3 * total
             and x * x * (n - 1) > 9 * n * (n * squares - total * total))
+
+
+def _pick(records: Sequence[Record], positions: Any) -> list[Record]:
+    if isinstance(records, Rows):
+        return records.take(positions.tolist())
+    return list(map(records.__getitem__, positions.tolist()))
 
 
 class BulkWindows:
@@ -137,6 +145,7 @@ class BulkWindows:
              ends: Any) -> None:
         """Plain records `a` to `b` (each in an open window, ending in it, no outlier)."""
         part = ks[a:b]
+        n = len(records)
         first = int(part[0])
         if bool((part == first).all()):
             groups = [(first, np.arange(a, b))]
@@ -149,7 +158,10 @@ class BulkWindows:
                 last = window.records.maxlen or len(idx)  # earlier ones it would push out
                 if len(idx) > last:
                     idx, s, e = idx[-last:], s[-last:], e[-last:]
-                window.add_chunk(key, list(map(records.__getitem__, idx.tolist())), s, e)
+                if isinstance(records, Rows) and not records.made and 8 * len(idx) >= n:
+                    window.add_chunk(key, records, idx, s, e)  # positions: made if kept
+                else:  # (a small part of the batch: its own records, not the whole batch's)
+                    window.add_chunk(key, _pick(records, idx), None, s, e)
                 continue
             self._admit(np, window, key, records, idx, s, e)
 
@@ -169,8 +181,8 @@ class BulkWindows:
         while len(idx):
             held = window.records
             room = max(1, cap - len(held))
-            held.extend(zip(repeat(key), map(records.__getitem__, idx[:room].tolist()),
-                            s[:room].tolist(), e[:room].tolist()))
+            held.extend(zip(repeat(key), _pick(records, idx[:room]), s[:room].tolist(),
+                            e[:room].tolist()))
             idx, s, e = idx[room:], s[room:], e[room:]
             if len(held) >= cap:
                 self._trim(window)
