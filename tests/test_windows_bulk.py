@@ -93,9 +93,9 @@ def workload(seed: int, seconds: int = 24, rate: int = 3000) -> list[tuple[int, 
     return flushes
 
 
-def windower(bulk: bool, budget: int, every: int, main: bool = True) -> Windower:
+def windower(bulk: bool, budget: int, every: int, main: bool = True, t0: int = T0) -> Windower:
     opened = [OpenSpan(101, 1 << 39, 0, "main_loop", T0 - 10 * SECOND, 7101)]
-    w = Windower(run_id="run-diff", t0_ns=T0, window_s=1.0, every=every,
+    w = Windower(run_id="run-diff", t0_ns=t0, window_s=1.0, every=every,
                  budget=lambda: budget, main=main, run_span=(0xABC, 0x123), lag_s=1.5,
                  own=Batch({semconv.PROCESS_PID: 1}, 0, []),
                  open_blocks=lambda: opened, window_attributes=lambda: {"g": 1},
@@ -257,3 +257,21 @@ def test_a_frame_naming_a_block_name_it_does_not_have_is_refused_whole() -> None
     body[-after - 4:-after] = (9).to_bytes(4, sys.byteorder)  # a name index past the names
     with pytest.raises(ValueError, match="index out of range"):
         relay.decode_columns(bytes(body))
+
+
+def test_times_past_what_int64_arithmetic_holds_go_record_by_record() -> None:
+    # A worker's clock offset plus its times past 2**63: no numpy wrap-around, the same
+    # windows as record by record (which computes in Python integers).
+    huge = (1 << 62) + 12345
+    records = [(i + 1, 0, "step", huge + i * SECOND // 10, huge + i * SECOND // 10 + 500, 1, 9,
+                None) for i in range(30)]
+    outputs = []
+    for bulk in (True, False):
+        w = windower(bulk, budget=100, every=2, t0=2 * huge)
+        out = w.process([relayed(Batch({semconv.PROCESS_PID: 5}, huge, records))],
+                        2 * huge + 10 * SECOND, final=True)
+        outputs.append(([b.records for b in out], w.kept, w.stats))
+    assert outputs[0] == outputs[1]
+    exported, kept, _stats = outputs[0]
+    assert kept[0] == kept[2] == "schedule" and 1 not in kept
+    assert sum(r[2] == "step" for batch in exported for r in batch) == 20  # windows 0 and 2
