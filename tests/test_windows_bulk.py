@@ -232,21 +232,23 @@ def test_an_outlier_needs_twenty_durations_before_it_in_bulk_as_one_by_one(
     assert kept[0] == kept[1] == ("outlier" if before >= 20 else None)
 
 
-def test_relayed_records_are_made_on_first_need_and_equal_the_records_sent() -> None:
+@pytest.mark.parametrize("size", [50, 600])  # (many positions are taken column by column)
+def test_relayed_records_are_made_on_first_need_and_equal_the_records_sent(size: int) -> None:
     rng = random.Random(5)
-    records = [(i + 1, i, f"n{i % 3}", 10 * i, 10 * i + 5, 7, 0xAB if i % 2 else 0xCD,
-                {"attrs": {"i": i}} if i % 4 == 0 else None) for i in range(50)]
+    records = [((1 << 63) + i, i, f"n{i % 3}", 10 * i - 7, 10 * i + 5, 7 + i % 2,
+                (1 << 127) + 0xAB if i % 2 else 0xCD,
+                {"attrs": {"i": i}} if i % 4 == 0 else None) for i in range(size)]
     sent = Batch({semconv.PROCESS_PID: 3}, 11, records, {7: "main"})
     for _ in range(3):
         rows = relayed(sent).records
-        positions = rng.sample(range(50), 10)
+        positions = rng.sample(range(size), size // 2)
         assert rows.take(positions) == [records[i] for i in positions]  # type: ignore[attr-defined]
-        assert rows[-1] == records[-1] and rows[7] == records[7] and len(rows) == 50
+        assert rows[-1] == records[-1] and rows[7] == records[7] and len(rows) == size
         assert not rows.made  # type: ignore[attr-defined]
         assert list(rows) == records and rows == records and rows[3:9] == records[3:9]
         assert rows.take(positions) == [records[i] for i in positions]  # type: ignore[attr-defined]
     with pytest.raises(IndexError):
-        relayed(sent).records[50]
+        relayed(sent).records[size]
 
 
 def test_a_frame_naming_a_block_name_it_does_not_have_is_refused_whole() -> None:

@@ -130,8 +130,8 @@ class BulkWindows:
                 state = self._durations[name] = [0, 0, 0]
             n0, total0, squares0 = state
             m = b - a
-            big = max(int(d.max()), -int(d.min()))
-            if m * big * big >= 1 << 62:
+            floats = d.astype(np.float64)
+            if int(d.min()) < 0 or float(floats @ floats) >= 2.0 ** 61:
                 d = d.astype(object)  # Python integers: exact past int64
             sums = np.cumsum(d)
             squares = np.cumsum(d * d)

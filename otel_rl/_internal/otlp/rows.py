@@ -51,6 +51,19 @@ class Rows(Sequence[Record]):
         if self._list is not None:
             return list(map(self._list.__getitem__, positions))
         c, traces = self._columns, self._traces
+        if len(positions) >= 256:  # column by column (the windows' caller has numpy loaded)
+            import numpy as np
+
+            index = np.array(positions, np.intp)
+            names = c.names
+            return list(zip(
+                *(np.frombuffer(column, np.dtype(column.typecode))[index].tolist()
+                  for column in (c.sids, c.psids)),
+                [names[i] for i in np.frombuffer(c.name_idx, np.uint32)[index].tolist()],
+                *(np.frombuffer(column, np.dtype(column.typecode))[index].tolist()
+                  for column in (c.starts, c.ends, c.tids)),
+                [traces[i] for i in np.frombuffer(self._trace_idx, np.uint32)[index].tolist()],
+                [self._extras[i] for i in positions], strict=True))
         at = positions.__iter__
         return list(zip(
             map(c.sids.__getitem__, at()), map(c.psids.__getitem__, at()),
