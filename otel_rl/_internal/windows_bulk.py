@@ -12,7 +12,7 @@ process tree in the real Sample Factory run. Here the same decisions are made pe
 - runs of plain records (no pass-through kind, in one open window, ending in it, no outlier)
   go to their windows as a whole: a ring keeps positions into the batch (`_Window.add_chunk`)
   and makes items only if the window is kept; a scheduled (or outlier) window takes the ones
-  its cut and outlier slice admit, one by one as before;
+  its cut and outlier slice admit, in runs up to each trim (which may move the cut);
 - every other record (late, long, an outlier, a run/process/aggregate span) goes through the
   same steps as `Windower._take`, with its verdict already known.
 
@@ -41,7 +41,7 @@ def beyond(n: int, total: int, squares: int, duration: int) -> bool:
     """Whether `duration` is an outlier after `n` durations summing to `total` (their squares
     to `squares`): longer than mean + 3 sample standard deviations and than 1.5 x mean, in
     exact integer arithmetic, so a whole batch's verdicts come out the same computed one by
-    one or from prefix sums (`windows_bulk`)."""
+    one or from prefix sums (`BulkWindows._verdicts`)."""
     x = n * duration - total  # n x (duration - mean)
     return (x > 0 and 2 * n * duration > 3 * total
             and x * x * (n - 1) > 9 * n * (n * squares - total * total))
