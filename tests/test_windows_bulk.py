@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from otel_rl._internal import relay, semconv
+from otel_rl._internal.mainledger import LEDGER_KEY
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.record import OpenSpan
 from otel_rl._internal.windows import Windower, beyond
+from tests.test_long_runs import assert_same_tree, tree_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SECOND = 1_000_000_000
@@ -205,8 +207,14 @@ def test_bulk_windows_equal_record_by_record_in_a_real_run(tmp_path: Path) -> No
     assert stats["exported"] and stats["sampled_out"]
     (kept, _reference_kept), = result["kept"]
     assert len(kept) >= 2
+    # Nothing lost (the ledger says so in timers.json only when something was), and the tree
+    # rebuilt from the spans file is timers.json.
     tree = json.loads((tmp_path / "run" / "timers.json").read_text())
-    assert tree["children"]
+    assert tree["children"] and LEDGER_KEY not in tree.get("metadata", {})
+    rc, rebuilt, err = tree_cli(str(tmp_path / "run" / "spans.otlp.jsonl"))
+    assert rc == 0, err
+    assert rebuilt is not None
+    assert_same_tree(rebuilt, tree)
 
 
 @pytest.mark.parametrize("before", [18, 19, 20, 21])
