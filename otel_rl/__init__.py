@@ -108,6 +108,7 @@ def configure(
     shutdown_timeout: float | None = None,
     timers_interval: float | None = None,
     handle_sigterm: bool | None = None,
+    count_if_killed: bool | None = None,
     propagate: bool | None = None,
     inherit_context: bool | None = None,
     gpu_blocks: str | Sequence[str] | None = None,

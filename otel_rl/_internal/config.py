@@ -322,6 +322,10 @@ TABLE: tuple[_Setting, ...] = (
     _Setting("handle_sigterm", ("OTEL_RL_HANDLE_SIGTERM",), _parse_bool, True,
              "on SIGTERM (no handler of the program's own), flush and write timers.json first",
              _check_bool),
+    _Setting("count_if_killed", ("OTEL_RL_COUNT_IF_KILLED",), _parse_bool, False,
+             "a small watcher process counts what the main process had not exported if it is "
+             "killed without warning (SIGKILL, OOM); costs ~0.1-0.4 us per block (what "
+             "`otel-rl run` always does)", _check_bool),
     _Setting("propagate", ("OTEL_RL_PROPAGATE",), _parse_bool, True,
              "instrument multiprocessing, executors, subprocess and threads", _check_bool, carried=True),
     _Setting("inherit_context", ("OTEL_RL_INHERIT_CONTEXT",), _parse_bool, True,
@@ -426,6 +430,7 @@ class Settings:
     shutdown_timeout: float
     timers_interval: float
     handle_sigterm: bool
+    count_if_killed: bool
     gpu_blocks: tuple[str, ...]
     gpu_timeout: float
     propagate: bool

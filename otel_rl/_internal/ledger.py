@@ -76,6 +76,11 @@ class Ledger:
         self.outside = 0
         #: Of `taken_in`, per process id.
         self.sources: dict[int, int] = {}
+        #: Under ``spans="auto"``: records the windows left out for good (never offered, not
+        #: lost), and records they made up (continuations, window spans: offered, never
+        #: recorded); so a survivor tells what the process held from what it left out.
+        self.left_out = 0
+        self.made_up = 0
         #: Where every change is copied for a survivor to read (`mainledger.Mirror`), if any.
         self.mirror: Mirror | None = None
 
@@ -147,6 +152,13 @@ class Ledger:
                 self.sources[source] = -1 if counted else self.sources.get(source, 0) + n
             if self.mirror is not None:
                 self.mirror.totals(self, source)
+
+    def windowed(self, left_out: int, made_up: int) -> None:
+        """The windows' running totals (see `left_out`, `made_up`), for the mirror."""
+        with self._lock:
+            self.left_out, self.made_up = left_out, made_up
+            if self.mirror is not None:
+                self.mirror.totals(self)
 
     def lost(self, reason: str, n: int, sink: str | None = None, detail: str = "") -> None:
         """`n` records did not reach `sink` (None: any sink) because of `reason`."""

@@ -2,10 +2,10 @@
 workers that died, workers whose parent is gone, and two runs sharing one output folder.
 
 Kept out of `runtime` so that the runtime's edits stay small hooks: `Runtime` holds one
-`LedgerState` and calls `output_dir`, `relayed`, `snapshot_seen`, `worker_lost`,
-`before_final_flush`, `checkpoint_inputs`, `timers_written`, `ledger_metadata`,
-`snapshot_extras`, `watch_parent`, `parent_gone`, `orphaned` and `shut_down` at the points
-their docstrings name. A relaying worker's exact record count lives in `tallyfile`.
+`LedgerState` and calls `main_started`, `output_dir`, `relayed`, `snapshot_seen`,
+`worker_lost`, `before_final_flush`, `checkpoint_inputs`, `timers_written`, `ledger_metadata`,
+`snapshot_extras`, `windowed`, `watch_parent`, `parent_gone`, `orphaned` and `shut_down` at the
+points their docstrings name. A relaying worker's exact record count lives in `tallyfile`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["DROPPED_KEY", "LEDGER_KEY", "LedgerState", "before_final_flush",
            "checkpoint_inputs", "ledger_metadata", "main_started", "orphaned", "output_dir",
            "parent_gone", "relayed", "shut_down", "snapshot_extras", "snapshot_seen",
-           "timers_written", "watch_parent", "worker_lost"]
+           "timers_written", "watch_parent", "windowed", "worker_lost"]
 
 
 class Runtime(Protocol):
@@ -60,6 +60,7 @@ class Runtime(Protocol):
     output_dir: str | None
     pipeline: Pipeline
     trace: Trace
+    windower: Any
 
     def own_sinks(self) -> list[Sink]: ...
 
@@ -94,9 +95,19 @@ def checkpoint_inputs(inputs: TreeInputs, final: bool) -> TreeInputs:
 
 def main_started(rt: Runtime) -> None:
     """The runtime started. The program's main process under ``otel-rl run`` (a launcher
-    survives it) counts in a tally file and mirrors its ledger there (`mainledger`)."""
-    if rt.is_worker or rt.settings.disabled or not mainledger.has_survivor():
+    survives it), or with ``count_if_killed`` (it starts a `watcher` that survives it), counts
+    in a tally file and mirrors its ledger there (`mainledger`)."""
+    if rt.is_worker or rt.settings.disabled:
         return
+    if not mainledger.has_survivor():
+        if not rt.settings.count_if_killed:
+            return
+        from otel_rl._internal import watcher
+
+        if not watcher.start(rt.run_id, rt.output_dir):
+            rt.stats.warn_once("watcher", "count_if_killed: could not start the watcher "
+                               "process; a killed main process's loss will not be counted")
+            return
     from otel_rl._internal import recorder
 
     # Configured again: what it counted for the runtime before was settled by that one.
@@ -105,6 +116,27 @@ def main_started(rt: Runtime) -> None:
     rt.ledger_state.tally = tally
     mainledger.share(rt.stats.ledger, rt.run_id, rt.output_dir, rt.settings.spans, tally,
                      made_before)
+
+
+def windowed(rt: Runtime, taken: list[Batch], out: list[Batch]) -> None:
+    """After the windows (``spans="auto"``) took a flush, in a main process whose ledger is
+    mirrored (`mainledger`): how many records they have left out for good (taken, neither
+    given out nor waiting in an undecided window) and made up (continuations, window spans),
+    so that a survivor counts a killed main process exactly under ``auto`` too."""
+    ledger = rt.stats.ledger
+    windower = rt.windower
+    if ledger.mirror is None or windower is None:
+        return
+    state = rt.ledger_state
+    try:
+        state.windows_in += sum(len(batch.records) for batch in taken)
+        state.windows_out += sum(len(batch.records) for batch in out)
+        made_up = windower.stats["continuations"] + (windower.stats["windows"] if windower.main
+                                                     else 0)
+        waiting = sum(len(window.records) for window in windower.windows.values())
+    except Exception:  # (a bug costs the count's exactness, never the flush)
+        return
+    ledger.windowed(max(0, state.windows_in - (state.windows_out - made_up) - waiting), made_up)
 
 
 def timers_written(rt: Runtime, size: int) -> None:
@@ -180,6 +212,9 @@ class LedgerState:
         self.shape: dict[int, tuple[Any, int, Any, int]] = {}
         #: Once orphaned under ``otel-rl run``: the dead parent whose mirror it read.
         self.orphan_of: int | None = None
+        #: Records the windows took and gave out so far (`windowed`; a mirrored main only).
+        self.windows_in = 0
+        self.windows_out = 0
         #: Records counted lost by `worker_lost` here (workers of this process that died);
         #: a relaying worker reports it, the main process adds it from every report.
         self.killed = 0
@@ -465,20 +500,22 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             rt.relay_client = None  # from now on the runtime checkpoints on its own
             if client is not None:
                 client.on_broken = lambda more: orphaned(rt, more)
-                for queue in rt.pipeline.queues:
-                    if queue.sink is client:
-                        queue.retired = True  # new flushes go to the own sinks only
             if rt.output_dir is None and not rt.settings.endpoint:
                 rt.output_dir = os.path.join("otel-rl-runs", rt.run_id)
             sinks = rt.own_sinks()
             own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
                    for sink in sinks for queue in rt.pipeline.queues[:1]]
             rt.ledger_state.own = own
+            # Before its tally goes: while the tally is there, the launcher keeps the
+            # parent's mirror for it (`mainledger.orphan_ended`).
+            _relay_gap(rt)
             if rt.ledger_state.tally is not None:  # nobody reads it any more
                 tallyfile.remove(rt.ledger_state.tally)
                 rt.ledger_state.tally = None
-            _relay_gap(rt)
-            rt.pipeline.queues.extend(own)
+            # New flushes go to the own sinks only: in one step with the hand-off, so that
+            # a flush under way puts its batch into the relay or into these, never neither.
+            rt.pipeline.reroute([q for q in rt.pipeline.queues
+                                 if client is not None and q.sink is client], own)
             rt.pipeline.sinks = [*rt.pipeline.sinks, *sinks]
             where = ", ".join(s.label or s.name for s in sinks) or "nowhere"
             log.warning("otel_rl: worker %d: the parent process is gone; exporting its own "

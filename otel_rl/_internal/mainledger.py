@@ -13,14 +13,15 @@ When the main process ends without its shutdown (which removes both files), the 
 records and the workers' records it had received, neither offered to the sink nor lost yet
 (its buffer, its open blocks, the relay's buffer), plus what sat in the sink's queue. That is
 lost ("killed main"); the request or line being written at that moment is "unconfirmed". So,
-per sink: recorded = delivered + lost + unconfirmed, exactly (with ``spans="all"``; with
-``auto``, records the policy left out cannot be told from held ones: "at most"). It says so in
-one line and writes it into the run's timers.json (`otel_rl_ledger`, a note, ``complete:
+per sink: recorded = delivered + lost + unconfirmed, exactly (with ``spans="auto"`` too: the
+windows' records left out for good and made up are mirrored, `Ledger.windowed`). It says so
+in one line and writes it into the run's timers.json (`otel_rl_ledger`, a note, ``complete:
 false``). Without a tally file the count is a lower bound, and the line says so.
 
-Without a survivor (``configure()`` in code, run directly) nothing is copied: the main process
-runs the plain hot path; a SIGKILL then loses its unflushed records uncounted, and only the
-periodic timers.json's note ("never finished") says it (see docs/DESIGN.md).
+``configure()`` in code has a survivor only with ``count_if_killed`` (`watcher`, which runs
+`after_main` too). Without one nothing is copied: the main process runs the plain hot path; a
+SIGKILL then loses its unflushed records uncounted, and only the periodic timers.json's note
+("never finished") says it (see docs/DESIGN.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from otel_rl._internal.ledger import REASONS, UNCONFIRMED
 if TYPE_CHECKING:
     from otel_rl._internal.ledger import Ledger
 
-__all__ = ["DROPPED_KEY", "LEDGER_KEY", "SURVIVOR_ENV", "Mirror", "after_main",
+__all__ = ["DROPPED_KEY", "LEDGER_KEY", "SURVIVOR_ENV", "Mirror", "after_main", "alive",
            "has_survivor", "share"]
 
 #: A file in the output folder naming the run (and its main pid) that writes there.
@@ -54,18 +55,22 @@ SURVIVOR_ENV = "OTEL_RL_SURVIVOR"
 _MAIN_ENV = "OTEL_RL_ZEROCODE_MAIN"
 
 _MAGIC = 0x6F746C6C65646731  # "otlledg1"
-#: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length; 8.. upstream by reason;
+#: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length, 4 left out and 5 made up
+#: by the windows (``spans="auto"``), 6 set when the workers' table below could not grow;
+#: 8.. upstream by reason;
 #: from 32, per sink: offered, delivered, sending, lost by reason (16 slots each).
 _UPSTREAM = 8
 _SINKS = 32
 _PER_SINK = 16
 _MAX_SINKS = 14
-#: From slot 256: (worker pid, records received from it) pairs, for workers killed with it.
-_SOURCES = 256
-_MAX_SOURCES = 128
+_INCOMPLETE = 6
 _ALL = 2 ** 64 - 1
 _HEADER_AT = 4096  # bytes: the JSON header (sink names and labels, output folder, ...)
+#: From byte 8192 to the end of the file: (worker pid, records received from it) pairs, in the
+#: order workers first sent, for orphans and for workers killed with it; room for 128 at
+#: first, the file grows (doubling) as more workers come.
 _SIZE = 8192
+_PAIRS = 128
 #: The reason a survivor gives for what the killed main process held.
 KILLED_MAIN = REASONS[5]
 
@@ -76,20 +81,51 @@ class Mirror:
     def __init__(self, path: str, header: dict[str, Any]) -> None:
         import ctypes  # only in a main process that has a survivor
 
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.ftruncate(fd, _SIZE)
-            self._mapping = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED,
-                                      mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        self._ctypes = ctypes
         self.path = path
         self._header = header
+        #: Every mapping made (kept: a grown file is mapped again, the old one stays valid).
+        self._mappings: list[object] = []
+        self._mapping = self._map(_SIZE + 16 * _PAIRS, create=True)
         self._slots = cast(MutableSequence[int],
                            (ctypes.c_uint64 * (_HEADER_AT // 8)).from_buffer(self._mapping))
+        self._pairs = self._pairs_in(self._mapping)
         self._slots[0] = _MAGIC
-        #: Worker pid -> its slot pair (pid, records received from it).
+        #: Worker pid -> its pair's index (pid, records received from it).
         self._sources: dict[int, int] = {}
+
+    def _map(self, size: int, create: bool = False) -> mmap.mmap:
+        fd = os.open(self.path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._mappings.append(mapping)
+        return mapping
+
+    def _pairs_in(self, mapping: mmap.mmap) -> MutableSequence[int]:
+        pairs = (self._ctypes.c_uint64 * ((len(mapping) - _SIZE) // 8)).from_buffer(mapping,
+                                                                                     _SIZE)
+        self._mappings.append(pairs)
+        return cast(MutableSequence[int], pairs)
+
+    def _pair(self, source: int) -> int | None:
+        """The index of worker `source`'s pair, a new one for a new worker (the file grows
+        when full; None if it cannot: slot 6 then says the table is incomplete)."""
+        index = self._sources.get(source)
+        if index is not None:
+            return index
+        index = len(self._sources)
+        if 2 * index + 2 > len(self._pairs):
+            try:
+                self._pairs = self._pairs_in(self._map(_SIZE + 2 * 8 * len(self._pairs)))
+            except (OSError, ValueError):
+                self._slots[_INCOMPLETE] = 1
+                return None
+        self._sources[source] = index
+        self._pairs[2 * index] = source
+        return index
 
     def sinks(self, accounts: dict[str, Any]) -> None:
         self._header["sinks"] = [[name, a.label] for name, a in accounts.items()
@@ -114,14 +150,13 @@ class Mirror:
     def totals(self, ledger: Ledger, source: int | None = None) -> None:
         slots = self._slots
         if source is not None:
-            index = self._sources.get(source)
-            if index is None and len(self._sources) < _MAX_SOURCES:
-                index = self._sources[source] = _SOURCES + 2 * len(self._sources)
-                slots[index] = source
-            if index is not None:  # (-1: its death was counted there)
-                slots[index + 1] = ledger.sources.get(source, 0) & _ALL
+            index = self._pair(source)
+            if index is not None:  # (all ones: its death was counted there)
+                self._pairs[2 * index + 1] = ledger.sources.get(source, 0) & _ALL
         slots[1] = ledger.taken_in
         slots[2] = ledger.outside
+        slots[4] = ledger.left_out
+        slots[5] = ledger.made_up
         for i, reason in enumerate(REASONS):
             slots[_UPSTREAM + i] = ledger.upstream.get(reason, 0)
 
@@ -152,13 +187,14 @@ def share(ledger: Ledger, run_id: str, output_dir: str | None, spans: str,
     ledger.attach(mirror)
 
 
-def _read(path: str) -> tuple[list[int], dict[str, Any]] | None:
+def _read(path: str) -> tuple[list[int], dict[str, Any], dict[int, int]] | None:
+    """A mirror's slots, header and received count per worker pid (None: no mirror)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError:
         return None
-    if len(data) != _SIZE:
+    if len(data) < _SIZE or len(data) % 16:
         return None
     slots = list(struct.unpack(f"<{_HEADER_AT // 8}Q", data[:_HEADER_AT]))
     if slots[0] != _MAGIC:
@@ -167,7 +203,13 @@ def _read(path: str) -> tuple[list[int], dict[str, Any]] | None:
         header = json.loads(data[_HEADER_AT:_HEADER_AT + slots[3]].decode("utf-8"))
     except ValueError:
         return None
-    return slots, header if isinstance(header, dict) else {}
+    pairs = memoryview(data)[_SIZE:].cast("Q")
+    received = {}
+    for i in range(0, len(pairs), 2):
+        if pairs[i] == 0:
+            break  # (filled in order)
+        received[pairs[i]] = pairs[i + 1]
+    return slots, header if isinstance(header, dict) else {}, received
 
 
 def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[str, Any]:
@@ -176,6 +218,9 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
     upstream = {r: slots[_UPSTREAM + i] for i, r in enumerate(REASONS) if slots[_UPSTREAM + i]}
     taken, outside = slots[1], slots[2]
     inside = sum(upstream.values()) - outside  # upstream losses of records it had held
+    # Under spans="auto": records the windows had left out for good are not held; the ones
+    # they made up were offered but never recorded (`Ledger.windowed`).
+    left_out, made_up = slots[4], slots[5]
     sinks: dict[str, Any] = {}
     for index, (name, label) in enumerate(header.get("sinks") or ()):
         base = _SINKS + _PER_SINK * index
@@ -184,7 +229,8 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
         unconfirmed = lost.pop(UNCONFIRMED, 0)
         pending = max(0, offered - delivered - sum(lost.values()) - unconfirmed)
         flying = min(sending, pending)  # being written when it died: it may have arrived
-        held = max(0, made + taken - offered - inside) if made is not None else 0
+        held = (max(0, made + taken + made_up - offered - inside - left_out)
+                if made is not None else 0)
         for reason, n in upstream.items():
             lost[reason] = lost.get(reason, 0) + n
         killed = held + pending - flying
@@ -194,7 +240,12 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
                        "delivered": delivered, "lost": lost, "pending": 0}
         if unconfirmed + flying:
             sinks[name]["unconfirmed"] = unconfirmed + flying
-    return {"sinks": sinks, "upstream": upstream, "notes": []}
+    summary: dict[str, Any] = {"sinks": sinks, "upstream": upstream, "notes": []}
+    if left_out:  # (not lost: the spans policy's)
+        summary["left_out"] = left_out
+    if made_up:  # (records, not blocks: what was lost or unconfirmed holds some of them)
+        summary["made_up"] = made_up
+    return summary
 
 
 def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None) -> str | None:
@@ -214,7 +265,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
                     "tally or ledger file (no writable /dev/shm or temp dir), so what it had "
                     "not exported is not counted]")
         return None
-    slots, header = read
+    slots, header, received = read
     if header.get("pid") != pid:  # not the launcher's child: how it ended is unknown here
         pid, returncode = int(header.get("pid") or 0), 0
     tally = header.get("tally")
@@ -222,15 +273,19 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if made is not None:
         made = max(0, made - int(header.get("made_before") or 0))
     summary = count(slots, header, made)
-    if _with_it(summary, slots, run_id, tally):
+    if _with_it(summary, slots, received, run_id, tally):
         # Workers still alive become orphans: each reads what it received from them
-        # (`received_from`) and the last to end removes the file (`orphan_ended`).
+        # (`received_from`) and the last to end removes the file (`orphan_ended`). Their
+        # tally files stay until they read it (each removes its own then): while one is
+        # there, the mirror stays.
         for tally_path in tallyfile.run_files(run_id, ".tally"):
-            tallyfile.remove(tally_path)
+            owner = tallyfile.pid_of(tally_path, run_id)
+            if owner is None or not alive(owner):
+                tallyfile.remove(tally_path)
     else:
         tallyfile.remove(path)
         tallyfile.remove_run(run_id)
-    how = (f"killed by {_signal_name(-returncode)}" if returncode < 0
+    how = (f"was killed by {_signal_name(-returncode)}" if returncode < 0
            else "ended without its shutdown")
     worst = max((sum(s["lost"].values()) for s in summary["sinks"].values()), default=0)
     parts = []
@@ -245,11 +300,13 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
                              if unsure else ""))
     if made is None:
         exactness = "at least (no tally file: its open and unflushed blocks are not counted)"
-    elif header.get("spans") != "all":
-        exactness = f"at most (spans={header.get('spans')}: records it left out count as held)"
+    elif header.get("spans") == "off":
+        exactness = "at most (spans=off: records it left out count as held)"
     else:
         exactness = "exact"
-    note = (f"the main process (pid {pid}) was {how}: {worst} span(s) were not exported "
+        if slots[4]:
+            exactness += f"; {slots[4]} left out by spans={header.get('spans')}, not lost"
+    note = (f"the main process (pid {pid}) {how}: {worst} span(s) were not exported "
             f"[{exactness}]: " + "; ".join(parts or ["no sink"])
             + "".join(f" [{more}]" for more in summary["notes"]))
     summary["notes"].insert(0, note)
@@ -265,13 +322,11 @@ def received_from(run_id: str, parent: int, pid: int) -> int | None:
     read = _read(_path(run_id, parent))
     if read is None:
         return None
-    slots = read[0]
-    for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2):
-        if slots[i] == pid:
-            return None if slots[i + 1] == _ALL else slots[i + 1]
-        if slots[i] == 0:
-            return 0  # (the table is filled in order: it sent nothing that arrived)
-    return None
+    slots, _header, received = read
+    if pid in received:
+        return None if received[pid] == _ALL else received[pid]
+    # Not in the table (filled in order, complete): nothing it sent had arrived.
+    return None if slots[_INCOMPLETE] else 0
 
 
 def orphan_ended(run_id: str, parent: int) -> None:
@@ -279,44 +334,45 @@ def orphan_ended(run_id: str, parent: int) -> None:
     (their tally files are gone by then, or belong to dead processes)."""
     for path in tallyfile.run_files(run_id, ".tally"):
         pid = tallyfile.pid_of(path, run_id)
-        if pid is not None and pid != os.getpid() and _alive(pid):
-            return
+        if pid is not None and pid != os.getpid() and alive(pid):
+            return  # a worker that has not read it yet
+    for path in tallyfile.run_files(run_id, ".tally"):
+        tallyfile.remove(path)  # (workers that died before they read it)
     tallyfile.remove(_path(run_id, parent))
 
 
-def _with_it(summary: dict[str, Any], slots: list[int], run_id: str,
-             own: object) -> int:
+def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int],
+             run_id: str, own: object) -> int:
     """Workers that died with the main process (a process group killed, a cgroup OOM) left
     their tally files: what each recorded and the main process had not received is lost
     ("killed worker"), for every sink. A worker still alive is left alone: it becomes an
     orphan and exports the rest itself."""
-    received = {slots[i]: slots[i + 1] for i in range(_SOURCES, _SOURCES + 2 * _MAX_SOURCES, 2)
-                if slots[i]}
-    lost = dead = alive = 0
+    lost = dead = living = 0
     for path in tallyfile.run_files(run_id, ".tally"):
         pid = tallyfile.pid_of(path, run_id)
         if path == own or pid is None or received.get(pid) == _ALL:
             continue  # its own; counted by the main process already
-        if _alive(pid):
-            alive += 1  # it becomes an orphan and says its own losses
+        if alive(pid):
+            living += 1  # it becomes an orphan and says its own losses
             continue
         recorded = tallyfile.count(path)
-        if recorded is None or (pid not in received and len(received) >= _MAX_SOURCES):
+        if recorded is None or (pid not in received and slots[_INCOMPLETE]):
             continue  # unreadable; or past the mirror's table (received unknown)
         dead += 1
         lost += max(0, recorded - received.get(pid, 0))
     if not dead:
-        return alive
+        return living
     summary["upstream"]["killed worker"] = summary["upstream"].get("killed worker", 0) + lost
     for sink in summary["sinks"].values():
         sink["lost"]["killed worker"] = sink["lost"].get("killed worker", 0) + lost
         sink["recorded"] += lost
     summary["notes"].append(f"{dead} worker(s) died with it: {lost} of their block(s) had not "
                             "reached it (counted from their tally files)")
-    return alive
+    return living
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Process `pid` exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

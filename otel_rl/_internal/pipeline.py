@@ -59,6 +59,8 @@ class Pipeline:
         self.wake = threading.Event()
         self._stop = False
         self._flush_lock = threading.Lock()
+        #: Held while a hand-off puts a flush into the queues and while `reroute` swaps them.
+        self._put_lock = threading.Lock()
         self._thread: Daemon | None = None
         self._next_flush = 0.0
 
@@ -77,6 +79,15 @@ class Pipeline:
                                    f"relay buffer of {self.max_relayed} batches was full")
             return
         self.relayed.append(batch)
+
+    def reroute(self, retire: Sequence[SinkQueue], add: Sequence[SinkQueue]) -> None:
+        """From now on the queues `retire` take nothing new (what they hold still goes out)
+        and `add` take every flush: both at once between two hand-offs, so a flush is never
+        put into neither or into both (a relaying worker whose parent died)."""
+        with self._put_lock:
+            for queue in retire:
+                queue.retired = True
+            self.queues.extend(add)
 
     def _loop(self) -> None:
         # Stopped for every fork and started again after it (`threads`): the schedule lives
@@ -130,8 +141,9 @@ class Pipeline:
                 if self.transform is not None:
                     batches = self.transform(batches, self._final)
                 if batches:
-                    for queue in self.queues:
-                        queue.put(batches)
+                    with self._put_lock:
+                        for queue in self.queues:
+                            queue.put(batches)
                 if self.after_flush is not None:
                     self.after_flush()
             except Exception as exc:  # never let a bug in export reach the training loop

@@ -166,11 +166,13 @@ class Runtime:
         """The windows' verdict on drained batches; if the windower fails (a bug), the
         records go out unwindowed (into the run trace) rather than being lost."""
         try:
-            return self.windower.process_now(batches, final)  # type: ignore[no-any-return]
+            out: list[Batch] = self.windower.process_now(batches, final)
         except Exception as exc:
             self.stats.warn_once(f"windows-{type(exc).__name__}",
                                  f"time windows failed ({exc!r}); exporting unwindowed")
             return batches
+        ledger_hooks.windowed(self, batches, out)  # (a survivor's count under `auto`)
+        return out
 
     def make_windower(self) -> Windower:
         from otel_rl._internal.windows import Windower

@@ -37,6 +37,8 @@ class Collector:
         self.received = 0
         #: Of those, spans of timed blocks (not the run, process or aggregate spans).
         self.blocks = 0
+        #: Spans the time windows (``spans="auto"``) made up: continuations, window spans.
+        self.made_up = 0
         self.requests = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
@@ -91,12 +93,18 @@ class Collector:
                 parsed = [s for rs in ExportTraceServiceRequest.FromString(body).resource_spans
                           for ss in rs.scope_spans for s in ss.spans]
                 spans = len(parsed)
-                timed = sum(1 for s in parsed
-                            if not any(a.key == "otel_rl.kind" for a in s.attributes))
+                timed = sum(1 for s in parsed  # (a window's continuations are not blocks)
+                            if not any(a.key in ("otel_rl.kind", "otel_rl.continuation")
+                                       for a in s.attributes))
+                made_up = sum(1 for s in parsed if any(
+                    a.key == "otel_rl.continuation" or (a.key == "otel_rl.kind"
+                                                        and a.value.string_value == "window")
+                    for a in s.attributes))
                 with self.lock:
                     self.requests += 1
                     self.received += spans
                     self.blocks += timed
+                    self.made_up += made_up
                     fast = self.requests <= self.fast_first
                 if fast:
                     payload = ExportTraceServiceResponse().SerializeToString()

@@ -68,8 +68,10 @@ def kind(span: dict[str, Any]) -> str | None:
 
 
 def blocks(spans: list[dict[str, Any]]) -> int:
-    """Spans of timed blocks (not the run, process, aggregate spans otel_rl adds)."""
-    return sum(1 for s in spans if kind(s) is None)
+    """Spans of timed blocks (not the run, process, aggregate, window spans otel_rl adds, nor
+    the continuations a kept window makes of blocks that started before it)."""
+    return sum(1 for s in spans if kind(s) is None and not any(
+        a["key"] == "otel_rl.continuation" for a in s.get("attributes") or ()))
 
 
 def lost(sink: dict[str, Any]) -> int:

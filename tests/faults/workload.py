@@ -86,6 +86,8 @@ def main() -> None:
     parser.add_argument("--workers-done", help="each worker creates <this>.<pid> once flushed")
     parser.add_argument("--step-sleep", type=float, default=0.0,
                         help="workers sleep this long after each step (busy for a while)")
+    parser.add_argument("--count-if-killed", action="store_true",
+                        help="configure(count_if_killed=True): a watcher counts a killed main")
     args = parser.parse_args()
     settings: dict[str, object] = dict(
         output_dir=args.out, spans="all", flush_interval=args.flush, propagate=True,
@@ -93,6 +95,8 @@ def main() -> None:
         timeout=args.timeout)
     if args.timers_interval:
         settings.update(timers_interval=args.timers_interval)
+    if args.count_if_killed:
+        settings.update(count_if_killed=True)
     if args.endpoint:
         settings.update(endpoint=args.endpoint, protocol=args.protocol)
     if not args.zero_code:

@@ -65,7 +65,11 @@ class SpanExporterSink(Sink):
         if n == 0:
             return
         try:
-            result = self.exporter.export(to_readable_spans(batches))
+            spans = to_readable_spans(batches)
+            # Handed to the exporter now: if the process dies before it returns, it may have
+            # sent them (a survivor calls them unconfirmed, not lost).
+            self._stats.sending(self.name, n)
+            result = self.exporter.export(spans)
             ok = getattr(result, "name", "SUCCESS") == "SUCCESS"
         except Exception as exc:
             self._stats.warn_once(f"exporter-{id(self.exporter)}",

@@ -1,0 +1,34 @@
+"""The killed main process's mirror (`mainledger.Mirror`, issue 16): what it received from
+each worker is kept for any number of workers (its table grows past the first 128), in a real
+shared file read back the way the launcher and an orphan read it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from otel_rl._internal import mainledger, tallyfile
+from otel_rl._internal.ledger import Ledger
+
+
+def test_the_mirror_keeps_every_workers_received_count_past_its_first_table() -> None:
+    run_id = f"mirror-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    mainledger.share(ledger, run_id, None, "all", None, 0)
+    assert ledger.mirror is not None
+    try:
+        workers = {3_000_000 + i: i % 17 + 1 for i in range(300)}  # (no such processes)
+        for _ in range(3):
+            for pid, n in workers.items():
+                ledger.taken(n, source=pid)
+        dead = 3_000_000 + 250  # its death was counted by the main process: not again
+        ledger.taken(0, outside=5, source=dead, counted=True)
+        (path,) = tallyfile.run_files(run_id, ".ledger")
+        assert os.path.getsize(path) > 8192 + 16 * 128  # it grew
+        parent = os.getpid()
+        for pid, n in workers.items():
+            expected = None if pid == dead else 3 * n
+            assert mainledger.received_from(run_id, parent, pid) == expected, pid
+        assert mainledger.received_from(run_id, parent, 4_000_000) == 0  # sent nothing
+    finally:
+        tallyfile.remove_run(run_id)
