@@ -119,6 +119,9 @@ def run_both(seed: int, budget: int, every: int, main: bool = True) -> tuple[Win
         got = bulk.process(batches, now, final)  # relayed batches' records not made yet
         want = reference.process([copy(b) for b in batches], now, final)
         assert [(b.resource, b.records) for b in got] == [(b.resource, b.records) for b in want]
+        # What the open windows hold (the killed-main ledger's "waiting") is the same too.
+        assert ({k: w.held() for k, w in bulk.windows.items()}
+                == {k: w.held() for k, w in reference.windows.items()})
         exported += sum(len(b.records) for b in got)
     assert bulk.kept == reference.kept
     assert bulk.stats == reference.stats

@@ -68,6 +68,9 @@ def install() -> None:
                   for b in batches]
         expected = original_process(shadow, copies, now_ns, final)
         REPORT["flushes"] += 1
+        held = {k: w.held() for k, w in self.windows.items()}
+        if held != {k: w.held() for k, w in shadow.windows.items()}:
+            REPORT["mismatches"].append({"flush": REPORT["flushes"], "held": held})
         if _shape(out) != _shape(expected):
             REPORT["mismatches"].append({"flush": REPORT["flushes"],
                                          "bulk": sum(len(b.records) for b in out),

@@ -133,7 +133,7 @@ def windowed(rt: Runtime, taken: list[Batch], out: list[Batch]) -> None:
         state.windows_out += sum(len(batch.records) for batch in out)
         made_up = windower.stats["continuations"] + (windower.stats["windows"] if windower.main
                                                      else 0)
-        waiting = sum(len(window.records) for window in windower.windows.values())
+        waiting = sum(window.held() for window in windower.windows.values())  # (rings too)
     except Exception:  # (a bug costs the count's exactness, never the flush)
         return
     ledger.windowed(max(0, state.windows_in - (state.windows_out - made_up) - waiting), made_up)
