@@ -27,7 +27,7 @@ Export size: a run of 100 block paths (names) in the main process and 2 workers'
 1,000 runs each: bytes of one ``ExportMetricsServiceRequest`` (as sent, and gzip), and the
 Prometheus series it makes.
 
-    python benchmarks/bench_metrics.py [--quick|--smoke] [--json FILE]
+    python benchmarks/bench_metrics.py [--quick|--smoke] [--rounds N] [--json FILE]
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ from _report import finish
 
 VARIANTS = (("mlagents", "ML-Agents `hierarchical_timer`"),
             ("metrics_off", "otel_rl `spans=auto`, metrics off"),
-            ("metrics_on", "otel_rl `spans=auto`, metrics on"))
+            ("metrics_on", "otel_rl `spans=auto`, metrics on"),
+            ("metrics_on_pure", "otel_rl `spans=auto`, metrics on, pure-Python metrics columns"))
+#: The variants with metrics on: compiled column reader (where built) and pure.
+ON = ("metrics_on", "metrics_on_pure")
 
 
 #: Flush-thread CPU ns spent in the metrics' own methods during the current round.
@@ -77,13 +80,23 @@ def _timed_metrics() -> None:
     m.Metrics._bench_timed = True  # type: ignore[attr-defined]
 
 
-def _round(n: int, receiver: ReceiverProcess, metrics: bool) -> dict[str, Any]:
+def _round(n: int, receiver: ReceiverProcess, metrics: bool,
+           pure: bool = False) -> dict[str, Any]:
+    from otel_rl._internal import metrics_columns
+
     settings = bench_core._otlp(receiver, n)
     _timed_metrics()
     _SPENT.clear()
-    result = bench_core._otel_rl_round(n, receiver, spans="auto", metrics=metrics,
-                                       metrics_interval=0.2, flush_interval=0.05, window=0.1,
-                                       **settings)
+    # The pure column reader with the same (compiled) hot path: only the metrics differ.
+    compiled = metrics_columns.COMPILED
+    if pure:
+        metrics_columns.COMPILED = None
+    try:
+        result = bench_core._otel_rl_round(n, receiver, spans="auto", metrics=metrics,
+                                           metrics_interval=0.2, flush_interval=0.05,
+                                           window=0.1, **settings)
+    finally:
+        metrics_columns.COMPILED = compiled
     result["metrics_ns"] = dict(_SPENT)
     return result
 
@@ -94,7 +107,8 @@ METRICS = ("wall", "thread", "cpu", "cpu_total")
 
 RUNNERS = {"mlagents": bench_core.run_mlagents,
            "metrics_off": lambda n, r: _round(n, r, False),
-           "metrics_on": lambda n, r: _round(n, r, True)}
+           "metrics_on": lambda n, r: _round(n, r, True),
+           "metrics_on_pure": lambda n, r: _round(n, r, True, pure=True)}
 
 
 def export_size(paths: int = 100, runs: int = 1000, exponential: bool = False) -> dict[str, Any]:
@@ -164,23 +178,33 @@ def observe_cost(nests: int = 30_000, repeats: int = 5) -> dict[str, Any]:
     }
     result: dict[str, Any] = {"records": len(records)}
     for label, (resource, trees) in sources.items():
-        costs = []
+        costs: dict[str, list[float]] = {"compiled": [], "pure": []}
         for attempt in range(repeats + 1):  # the first warms up (imports, first-use tables)
-            metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict,
-                                scalars=list, roots=lambda: {1},
-                                local=None if trees is None else _constant(trees))
-            batch = Batch(resource, 0, records, {7: "MainThread"})
-            if trees is None:
-                frame = relay.encode_columns(batch)
-                batch = relay.decode_columns(frame[relay.FRAME_HEADER.size:])
-            t0 = time.thread_time_ns()
-            metrics.observe([batch], exemplars=False, final=True)
-            if attempt:
-                costs.append((time.thread_time_ns() - t0) / len(records) / 1000)
-            runs = sum(sum(h.counts) for h in metrics.hists.values())
-            assert runs == len(records), (label, runs)
-        result[label] = _spread(costs)
+            for reader, spent in costs.items():  # alternately
+                metrics = m.Metrics(resource={}, start_ns=1, stats=Stats(), gauges=dict,
+                                    scalars=list, roots=lambda: {1},
+                                    local=None if trees is None else _constant(trees),
+                                    accelerated=reader == "compiled")
+                batch = Batch(resource, 0, records, {7: "MainThread"})
+                if trees is None:
+                    frame = relay.encode_columns(batch)
+                    batch = relay.decode_columns(frame[relay.FRAME_HEADER.size:])
+                t0 = time.thread_time_ns()
+                metrics.observe([batch], exemplars=False, final=True)
+                if attempt:
+                    spent.append((time.thread_time_ns() - t0) / len(records) / 1000)
+                runs = sum(sum(h.counts) for h in metrics.hists.values())
+                assert runs == len(records), (label, runs)
+        result[label] = {reader: _spread(spent) for reader, spent in costs.items()}
     return result
+
+
+def _compiled_columns() -> bool:
+    """Whether the ``metrics_on`` variant reads columns compiled: built, and the accelerator
+    setting on (``OTEL_RL_ACCELERATOR=false`` runs everything pure, both variants alike)."""
+    from otel_rl._internal import accel, metrics_columns
+
+    return metrics_columns.COMPILED is not None and accel.wanted()
 
 
 def _constant(value: Any) -> Any:
@@ -213,33 +237,39 @@ def run(nests: int, rounds: int, seed: int) -> dict[str, Any]:
             row[metric] = _spread(per_block)
         summary[name] = row
     # The metrics' own flush-thread work per record (µs), per method and in all.
-    work: dict[str, Any] = {}
-    for part in ("observe", "exported", "encode", "total"):
-        work[part] = _spread([
-            (sum(s["metrics_ns"].values()) if part == "total" else s["metrics_ns"].get(part, 0))
-            / s["blocks"] / 1000 for s in samples["metrics_on"]])
-    summary["metrics_on"]["work"] = work
+    for on in ON:
+        work: dict[str, Any] = {}
+        for part in ("observe", "exported", "encode", "total"):
+            work[part] = _spread([
+                (sum(s["metrics_ns"].values()) if part == "total"
+                 else s["metrics_ns"].get(part, 0)) / s["blocks"] / 1000 for s in samples[on]])
+        summary[on]["work"] = work
     for row in summary.values():
         for metric in ("wall", "cpu", "cpu_total"):
             row[metric]["vs_mlagents"] = row[metric]["median"] / summary["mlagents"][metric]["median"]
             row[metric]["vs_off"] = row[metric]["median"] / summary["metrics_off"][metric]["median"]
-    for against, key in (("metrics_off", "paired_vs_off"), ("mlagents", "paired_vs_mlagents")):
-        paired: dict[str, Any] = {}
-        for metric in METRICS:
-            # ML-Agents has no flush thread: its CPU including the flush is its loop CPU.
-            theirs = "cpu" if against == "mlagents" and metric == "cpu_total" else metric
-            paired[metric] = _spread([
-                on[f"{metric}_ns"] / other[f"{theirs}_ns"]
-                for on, other in zip(samples["metrics_on"], samples[against], strict=True)])
-        summary["metrics_on"][key] = paired
+    for variant in ON:
+        for against, key in (("metrics_off", "paired_vs_off"),
+                             ("mlagents", "paired_vs_mlagents")):
+            paired: dict[str, Any] = {}
+            for metric in METRICS:
+                # ML-Agents has no flush thread: its CPU including the flush is its loop CPU.
+                theirs = "cpu" if against == "mlagents" and metric == "cpu_total" else metric
+                paired[metric] = _spread([
+                    on[f"{metric}_ns"] / other[f"{theirs}_ns"]
+                    for on, other in zip(samples[variant], samples[against], strict=True)])
+            summary[variant][key] = paired
     return {"config": {"nests": nests, "rounds": rounds, "seed": seed}, "summary": summary,
             "export": export_size(), "export_exponential": export_size(exponential=True),
             "observe": observe_cost(min(30_000, max(300, nests))),
+            "compiled_columns": _compiled_columns(),
             "environment": bench_core.environment()}
 
 
 def render(results: dict[str, Any]) -> str:
     s, cfg, export = results["summary"], results["config"], results["export"]
+    columns = ("in use" if results.get("compiled_columns")
+               else "NOT in use (not built, or the accelerator setting is off): pure here too")
 
     def cell(row: dict[str, Any], metric: str) -> str:
         v = row[metric]
@@ -254,10 +284,17 @@ def render(results: dict[str, Any]) -> str:
     def ratio(p: dict[str, Any]) -> str:
         return f"**{p['median']:.3f}×** ({p['min']:.2f}–{p['max']:.2f})"
 
-    ratios = [[f"metrics on / {label}"] + [ratio(on[key][m]) for m in METRICS]
-              for key, label in (("paired_vs_off", "metrics off"),
-                                 ("paired_vs_mlagents", "ML-Agents"))]
-    work = on["work"]
+    ratios = [[f"metrics on{' (pure columns)' if variant != 'metrics_on' else ''} / {label}"]
+              + [ratio(s[variant][key][m]) for m in METRICS]
+              for variant in ON for key, label in (("paired_vs_off", "metrics off"),
+                                                   ("paired_vs_mlagents", "ML-Agents"))]
+
+    def work(variant: str) -> str:
+        spent = s[variant]["work"]
+        return "; ".join(
+            f"{part} {spent[part]['median']:.3f} ({spent[part]['min']:.3f}–"
+            f"{spent[part]['max']:.3f})" for part in ("observe", "exported", "encode", "total"))
+
     meets_off = on["paired_vs_off"]["cpu_total"]["median"] <= 1.05
     meets_ml = on["paired_vs_mlagents"]["thread"]["median"] <= 0.75
     return "\n".join([
@@ -274,18 +311,19 @@ def render(results: dict[str, Any]) -> str:
         bench_core.markdown_table(["", "wall", "training thread CPU", "CPU, loop",
                                    "CPU incl. final flush"], ratios),
         "", "The metrics' own work on the flush thread (thread CPU in observe / exported / "
-        "encode), µs per record, median (min–max): " + "; ".join(
-            f"{part} {work[part]['median']:.3f} ({work[part]['min']:.3f}–{work[part]['max']:.3f})"
-            for part in ("observe", "exported", "encode", "total")) + ".",
+        f"encode), µs per record, median (min–max): compiled columns ({columns}): "
+        f"{work('metrics_on')}; pure columns: {work('metrics_on_pure')}.",
         "", f"Targets (metrics on): ≤ 1.05× metrics off in CPU including the flush — "
         f"{'meets' if meets_off else '**over**'}; ≤ 0.75× ML-Agents on the training thread — "
         f"{'meets' if meets_ml else '**over**'} (ML-Agents does all its work on that thread; "
         "otel_rl's flush work is the column above).",
         "", f"### Counting cost by where the records come from ({results['observe']['records']:,}"
         " records of a 3-deep nest, `Metrics.observe`, flush-thread CPU)", "",
-        bench_core.markdown_table(["records", "µs per record, median (min–max)"], [
-            [label, f"{v['median']:.3f} ({v['min']:.3f}–{v['max']:.3f})"]
-            for label, v in results["observe"].items() if label != "records"]),
+        bench_core.markdown_table(
+            ["records", "µs per record, compiled columns", "pure columns (median (min–max))"],
+            [[label, *(f"{v[r]['median']:.3f} ({v[r]['min']:.3f}–{v[r]['max']:.3f})"
+                       for r in ("compiled", "pure"))]
+             for label, v in results["observe"].items() if label != "records"]),
         "", f"### One metrics export: {export['paths']} block paths, {export['roles']} roles, "
         f"{export['workers']} worker processes", "",
         bench_core.markdown_table(
@@ -302,10 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 9; quick 7)")
     args = parser.parse_args(argv)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     nests = {"smoke": 200, "quick": 20_000, "full": 50_000}[size]
-    rounds = {"smoke": 1, "quick": 7, "full": 9}[size]
+    rounds = args.rounds or {"smoke": 1, "quick": 7, "full": 9}[size]
     print(f"bench_metrics: {rounds} rounds of {nests:,} nests", flush=True)
     return finish(run(nests, rounds, args.seed), args.json, render)
 

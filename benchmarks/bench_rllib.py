@@ -9,10 +9,12 @@ round runs both variants in a shuffled order: plain, and under ``otel-rl run`` (
 settings: the ``auto`` span policy, files in a temporary folder). Measured per run: the wall
 time of each ``algo.train()`` call; iterations/s = iterations / their summed time, the first
 iteration left out (warm-up); and the CPU seconds (every thread) of the driver, the env runners
-and the Learner at the end of training, the steadier figure on a shared machine (Ray's own
+and the Learner at the end of training, and per iteration of training alone (at the end minus
+once the algorithm is built), the steadier figures on a shared machine (Ray's own
 daemons and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's build are not counted (they are
 the same code either way, and their time is noise here). Reported: medians (min-max) and the
-ratio of medians otel_rl / plain, plus the spread of the per-round ratios. Checks: every run
+ratio of medians otel_rl / plain, plus the spread of the per-round ratios and their median
+with a 95 % bootstrap interval (`_stats`). Checks: every run
 exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
 ``sample`` blocks under ``env_runner_sampling_timer``.
 """
@@ -32,11 +34,14 @@ import time
 from typing import Any
 
 from _report import failed_checks_lines, finish
+from _stats import median_ci
 from bench_sample_factory import venv_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(REPO, "tests", "frameworks", "rllib_train.py")
+#: The figures of a run, in the tables' order.
+KEYS = ("it_per_s", "train_cpu_s", "cpu_s", "wall_s")
 SAMPLING = ("training_iteration", "training_step", "env_runner_sampling_timer", "sample")
 
 
@@ -68,7 +73,7 @@ def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[st
     wall = time.perf_counter() - start
     checks = []
     rows: list[dict[str, Any]] = []
-    cpu_s = 0.0
+    cpu_s = train_cpu = 0.0
     if done.returncode != 0:
         checks.append(f"{variant}: exit status {done.returncode}: {done.stderr[-300:]!r}")
     elif os.path.exists(results):
@@ -77,6 +82,10 @@ def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[st
         rows = data["iterations"]
         cpu = data["cpu_s"]
         cpu_s = cpu["driver"] + sum(cpu["env_runners"]) + sum(cpu["learners"])
+        built = data.get("cpu_built_s")
+        if built and rows:  # training alone, per iteration
+            train_cpu = (cpu_s - built["driver"] - sum(built["env_runners"])
+                         - sum(built["learners"])) / len(rows)
     if len(rows) != iterations:
         checks.append(f"{variant}: trained {len(rows)} of {iterations} iterations")
     if variant == "otel_rl" and done.returncode == 0:
@@ -88,19 +97,19 @@ def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[st
                           "env_runner_sampling_timer")
     timed = [row["seconds"] for row in rows[1:]]
     return {"it_per_s": len(timed) / sum(timed) if timed else 0.0, "cpu_s": cpu_s,
-            "wall_s": wall, "checks": checks}
+            "train_cpu_s": train_cpu, "wall_s": wall, "checks": checks}
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for variant, rows in runs.items():
         summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
-        for key in ("it_per_s", "cpu_s", "wall_s"):
+        for key in KEYS:
             values = [r[key] for r in rows]
             summary[variant][key] = {"median": statistics.median(values), "min": min(values),
                                      "max": max(values)}
     ratios: dict[str, Any] = {}
-    for key in ("it_per_s", "cpu_s", "wall_s"):
+    for key in KEYS:
         per_round = [o[key] / p[key] for o, p in zip(runs["otel_rl"], runs["plain"], strict=True)
                      if p[key]]
         plain_median = summary["plain"][key]["median"]
@@ -108,7 +117,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "of_medians": summary["otel_rl"][key]["median"] / plain_median if plain_median
             else 0.0,
             "per_round_min": min(per_round, default=0.0),
-            "per_round_max": max(per_round, default=0.0)}
+            "per_round_max": max(per_round, default=0.0),
+            # The median of the per-round ratios and its 95 % bootstrap interval.
+            "per_round_median_ci": list(median_ci(per_round))}
     return {"summary": summary, "ratios": ratios}
 
 
@@ -117,17 +128,22 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"RLlib 2.60 PPO CartPole, 2 env runners + a Learner actor, {results['iterations']} "
              f"iterations (first left out), {results['rounds']} interleaved rounds "
              "(median, min–max)", "",
-             "| | iterations/s (algo.train()) | CPU s: driver + env runners + learner | "
-             "wall s, whole run |", "|---|---|---|---|"]
+             "| | iterations/s (algo.train()) | CPU s per iteration, training alone | "
+             "CPU s: driver + env runners + learner | wall s, whole run |",
+             "|---|---|---|---|---|"]
     for variant in ("plain", "otel_rl"):
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
-                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3), ("cpu_s", 1),
-                                                              ("wall_s", 1))]
+                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3),
+                                                              ("train_cpu_s", 3),
+                                                              ("cpu_s", 1), ("wall_s", 1))]
         name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-             f"{r[k]['per_round_max']:.3f})" for k in ("it_per_s", "cpu_s", "wall_s")]
+             f"{r[k]['per_round_max']:.3f})" for k in KEYS]
     lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
+    cells = ["{:.3f} [{:.3f}–{:.3f}]".format(*r[k]["per_round_median_ci"])
+             for k in KEYS]
+    lines.append("| per-round ratio, median [95 % CI] | " + " | ".join(cells) + " |")
     return "\n".join([*failed_checks_lines(results), *lines])
 
 

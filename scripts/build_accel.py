@@ -4,7 +4,8 @@
 
 What ``pip install .`` does through setup.py, without setuptools (the test venvs of
 scripts/python-matrix.sh have none): tests import the checkout, so each interpreter needs its
-own ``otel_rl/_internal/_hotpath.<tag>.so`` beside the source. Uses the compiler and flags
+own ``otel_rl/_internal/_hotpath.<tag>.so`` (and ``_metricsacc.<tag>.so``, the metrics' column
+reader) beside the source. Uses the compiler and flags
 Python was built with (``CC`` overrides the compiler). Exits 1 with the compiler's message if
 the build fails; otel_rl then runs its pure-Python hot path.
 """
@@ -19,16 +20,18 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "otel_rl" / "_internal" / "_hotpath.c"
+#: The compiled modules: the hot path, and the metrics' column reader (issue 18).
+SOURCES = [ROOT / "otel_rl" / "_internal" / name for name in ("_hotpath.c", "_metricsacc.c")]
+SOURCE = SOURCES[0]
 
 
-def main(argv: list[str]) -> int:
-    target = SOURCE.with_name("_hotpath" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+def build(source: Path, quiet: bool) -> int:
+    target = source.with_name(source.stem + str(sysconfig.get_config_var("EXT_SUFFIX")))
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     # Built beside and renamed over: a process that has the old build loaded keeps its copy.
     partial = target.with_name(f".{target.name}.{os.getpid()}")
     command = [*cc, "-O2", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration",
-               f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(partial)]
+               f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(partial)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode == 0:
@@ -41,9 +44,13 @@ def main(argv: list[str]) -> int:
         print(f"build_accel: building {target.name} failed (otel_rl runs pure Python):\n"
               f"{done.stdout}{done.stderr}", file=sys.stderr)
         return 1
-    if "--quiet" not in argv:
+    if not quiet:
         print(f"build_accel: built {target.relative_to(ROOT)}{done.stdout}{done.stderr}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return max(build(source, "--quiet" in argv) for source in SOURCES)
 
 
 if __name__ == "__main__":

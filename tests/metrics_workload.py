@@ -1,6 +1,7 @@
 """A small training-shaped program for the metrics tests (run as a child process, configured
 from its environment): an ``update`` block per step in the main process, ``rollout`` blocks in
-two forked pool workers, a gauge and a training scalar per step, and one slow ``update``.
+two forked pool workers, a gauge and two training scalars per step (a reward, and an FPS under
+Sample Factory's name), and one slow ``update``.
 
     python -m tests.metrics_workload STEPS SLOW_STEP
 """
@@ -34,6 +35,7 @@ def main() -> None:
                 pool.map(rollout, range(4), chunksize=1)
                 set_gauge("reward", float(step))
                 record_scalar("reward/reward", step * 1.5, step * 100)
+                record_scalar("perf/_fps", 2000.0 + step, step * 100)  # Sample Factory's name
                 time.sleep(0.05)
     otel_rl.shutdown()
 

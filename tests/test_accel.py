@@ -354,11 +354,12 @@ def test_pip_install_without_a_compiler_runs_the_pure_path(project_copy: Path,
              "with r.hierarchical_timer('a'):\n    pass\n"
              "print(otel_rl.__file__); print(r.hot_path()); print(r.thread_stack().root"
              ".children['a'].count)\n"
-             "print(glob.glob(os.path.join(os.path.dirname(otel_rl.__file__), '_internal', '*.so')))")
+             "print(glob.glob(os.path.join(os.path.dirname(otel_rl.__file__), '_internal', '*.so')))\n"
+             "from otel_rl._internal import metrics_columns as m; print(m.reader() is m.PURE)")
     ran = subprocess.run([python, "-c", check], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path, env=env)
     assert ran.returncode == 0, ran.stderr
-    where, path, count, built = ran.stdout.splitlines()
+    where, path, count, built, pure_metrics = ran.stdout.splitlines()
     assert where.startswith(str(venv))
     assert path == "pure Python (the compiled hot path is not built)"
-    assert (count, built) == ("1", "[]")
+    assert (count, built, pure_metrics) == ("1", "[]", "True")  # the metrics' columns: pure

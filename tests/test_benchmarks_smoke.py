@@ -150,3 +150,31 @@ def test_relay_and_timing_switch_benchmarks_check_their_results(smoke_run: dict[
     windows = benches["bench_windows"]  # bulk windows export what record by record exports
     assert windows["exit_status"] == 0, windows["output"][-2000:]
     assert all(not row["checks"] for row in windows["results"]["summary"].values())
+
+
+def test_bench_metrics_smoke_runs_both_column_readers_and_sizes_an_export(
+        tmp_path: Path) -> None:
+    from otel_rl._internal import accel, metrics_columns
+
+    output = tmp_path / "metrics.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_metrics.py"), "--smoke",
+                           "--json", str(output)], capture_output=True, text=True, timeout=240,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for row in ("| ML-Agents `hierarchical_timer`", "| otel_rl `spans=auto`, metrics off",
+                "| otel_rl `spans=auto`, metrics on |",
+                "| otel_rl `spans=auto`, metrics on, pure-Python metrics columns",
+                "| metrics on (pure columns) / metrics off"):
+        assert row in proc.stdout, row
+    results = json.loads(output.read_text())
+    summary = results["summary"]
+    for variant in ("metrics_on", "metrics_on_pure"):
+        assert summary[variant]["checks"] == []
+        assert summary[variant]["work"]["observe"]["median"] > 0  # the metrics did count
+        assert "cpu_total" in summary[variant]["paired_vs_off"]
+    assert results["compiled_columns"] == (metrics_columns.COMPILED is not None
+                                           and accel.wanted())
+    # 100 paths x 2 roles: 31 series per histogram stream, 2 per path and worker process.
+    assert results["export"]["series"] == 100 * 2 * 31 + 100 * 3 * 2
+    assert results["export_exponential"]["series"] == 100 * 2 + 100 * 3 * 2
+    assert results["export"]["bytes_with_exemplars"] > results["export"]["bytes"] > 0

@@ -25,24 +25,31 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
-def _fill(expr: str, run: str) -> str:
-    return (expr.replace("$run", run).replace("$block", ".*").replace("$path", ".*")
-            .replace("$__rate_interval", "1m"))
+#: Grafana's own variables the dashboard may use (filled as Grafana would at a 15 s scrape).
+BUILTINS = {"$__rate_interval": "1m"}
 
 
-def dashboard_queries(run: str) -> dict[str, str]:
-    """Every panel target's PromQL, with the dashboard's variables filled in as Grafana would,
-    and each variable's ``label_values(SERIES, LABEL)`` as the PromQL that lists those values
+def _fill(expr: str, values: dict[str, str]) -> str:
+    for name, value in {**BUILTINS, **values}.items():
+        expr = expr.replace(name if name.startswith("$") else f"${name}", value)
+    return expr
+
+
+def dashboard_queries(run: str, block: str = ".*", path: str = ".*") -> dict[str, str]:
+    """Every panel target's PromQL, with the dashboard's variables filled in as Grafana would
+    (``.*``: the variable's "All"; or one value, which needs no regex escaping here), and each
+    variable's ``label_values(SERIES, LABEL)`` as the PromQL that lists those values
     (``group by (LABEL) (SERIES)``)."""
+    values = {"run": run, "block": block, "path": path}
     out = {}
     for panel in dashboard()["panels"]:
         for target in panel["targets"]:
-            out[f"{panel['title']} / {target['refId']}"] = _fill(target["expr"], run)
+            out[f"{panel['title']} / {target['refId']}"] = _fill(target["expr"], values)
     for variable in dashboard()["templating"]["list"]:
         found = re.fullmatch(r"label_values\((.+), *(\w+)\)", variable["query"]["query"])
         assert found, variable
         series, label = found.groups()
-        out[f"variable {variable['name']}"] = _fill(f"group by ({label}) ({series})", run)
+        out[f"variable {variable['name']}"] = _fill(f"group by ({label}) ({series})", values)
     return out
 
 
@@ -101,3 +108,43 @@ def test_dashboard_is_provisioned_and_uses_the_provisioned_datasources() -> None
     for wanted in ("p50", "p99", "fps", "reward", "worker spread"):
         assert wanted in titles
     assert any(t.get("exemplar") for p in dashboard()["panels"] for t in p["targets"])
+
+
+def test_every_dashboard_variable_is_defined_before_it_is_used() -> None:
+    # Grafana leaves an unknown `$name` in the query as is: PromQL then fails or matches
+    # nothing, and the panel is empty without an error. A variable's own query may use only
+    # the variables above it (Grafana resolves them in order).
+    used = re.compile(r"\$(?:\{(\w+)[^}]*\}|(\w+))")
+    defined: list[str] = []
+    for variable in dashboard()["templating"]["list"]:
+        for found in used.finditer(variable["query"]["query"]):
+            name = found.group(1) or found.group(2)
+            assert name in defined or f"${name}" in BUILTINS, (variable["name"], name)
+        defined.append(variable["name"])
+    assert len(set(defined)) == len(defined)
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            for found in used.finditer(target["expr"]):
+                name = found.group(1) or found.group(2)
+                assert name in defined or f"${name}" in BUILTINS, (panel["title"], name)
+    # What the tests fill in is every variable there is.
+    assert set(defined) == {"run", "block", "path"}
+
+
+def test_dashboard_panels_tile_the_grid_and_name_their_queries_once() -> None:
+    panels = dashboard()["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["w"] > 0 and grid["h"] > 0 and grid["x"] >= 0 and grid["y"] >= 0
+        assert grid["x"] + grid["w"] <= 24, panel["title"]  # Grafana's grid is 24 wide
+        mine = {(grid["x"] + dx, grid["y"] + dy) for dx in range(grid["w"])
+                for dy in range(grid["h"])}
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(set(refs)) == len(refs) and all(refs), panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"], panel["title"]
+            assert target["expr"].strip(), panel["title"]

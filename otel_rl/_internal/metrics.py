@@ -25,14 +25,13 @@ aggregate trees (exact: every run is in its tree node), and there is no duration
 
 from __future__ import annotations
 
-import operator
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from otel_rl._internal import metrics_paths, procstate, semconv
+from otel_rl._internal import metrics_columns, metrics_paths, procstate, semconv
 from otel_rl._internal.metrics_paths import PathResolver, PathTable
 from otel_rl._internal.node import TreeNode
 from otel_rl._internal.otlp.metrics import (
@@ -138,7 +137,6 @@ def _offer(hist: _Hist, record: Record, offset: int) -> None:
                                  record[SPAN_ID])
 
 
-_START, _END = operator.itemgetter(START), operator.itemgetter(END)
 #: Records waiting for their parent (`metrics_paths`) past this many count as top-level now.
 _MAX_PENDING = 100_000
 _BOUNDS_NS: Any = None
@@ -203,7 +201,8 @@ class Metrics:
                  open_blocks: Callable[[], Iterable[OpenSpan]] | None = None,
                  roots: Callable[[], Iterable[int]] | None = None,
                  trees: Callable[[], Iterable[tuple[str, int, TreeNode]]] | None = None,
-                 local: Callable[[], Iterable[Any]] | None = None) -> None:
+                 local: Callable[[], Iterable[Any]] | None = None,
+                 accelerated: bool = True) -> None:
         self.exponential = exponential
         # Prometheus names a stream's `instance` after service.instance.id: the run id, so
         # two runs of one service never collide and one run's processes share one instance.
@@ -225,9 +224,12 @@ class Metrics:
         self.hists: dict[tuple[int, str, int], _Hist] = {}
         self._exemplar_ns: dict[tuple[int, str], int] = {}
         self.paths = PathTable(metrics_paths.MAX_PATHS, self._overflow)
-        self.resolver = PathResolver(self.paths, open_blocks, roots)
+        # The record fields as columns: compiled where built and `accelerated` (the
+        # ``accelerator`` setting), else pure Python; the same values either way.
+        self.reader = metrics_columns.reader(accelerated)
+        self.resolver = PathResolver(self.paths, open_blocks, roots, self.reader)
         # For the exported records: a parent not among them makes a block top-level.
-        self._exported_resolver = PathResolver(self.paths)
+        self._exported_resolver = PathResolver(self.paths, reader=self.reader)
         self._pending: list[tuple[Batch, int]] = []
         # spans=off: (role, worker index, tree) of every stack, for per-path counters.
         self.trees = trees
@@ -281,22 +283,24 @@ class Metrics:
         role = str(batch.resource.get(semconv.WORKER_ROLE) or MAIN_ROLE)
         index = _index(batch.resource)
         pid = batch.resource.get(semconv.PROCESS_PID)
-        # Columns at C speed: map with itemgetter and a dict's own lookup (zip(*records)
-        # is 20x slower on large batches).
+        # The record fields as numpy columns (`metrics_columns`: compiled, or one C-speed
+        # pass per column; zip(*records) is 20x slower on large batches).
         n = len(records)
         columns = batch.columns
+        named = None
         if columns is not None and len(columns.sids) == n:  # a relayed batch: no Python step
             extras = columns.extras
             durations = (np.frombuffer(columns.ends, np.int64)
                          - np.frombuffer(columns.starts, np.int64))
+        elif by_name is not None:  # names and durations in one pass where compiled
+            columns = None
+            named, durations, extras = self.reader.named(np, records, by_name)
         else:
             columns = None
-            extras = metrics_paths.extra_at(records)
-            durations = (np.fromiter(map(_END, records), np.int64, n)
-                         - np.fromiter(map(_START, records), np.int64, n))
+            durations, extras = self.reader.durations(np, records)
         path_codes = self.resolver.resolve(np, pid if isinstance(pid, int) else 0, records,
                                            last_chance, extras, batch.thread_names, by_name,
-                                           columns)
+                                           columns, named)
         keep = path_codes >= 0
         if not keep.all():
             late = np.flatnonzero(~keep).tolist()
@@ -315,10 +319,7 @@ class Metrics:
         # Path codes are small (at most MAX_PATHS + 2): bincount over all of them, no sort.
         codes = path_codes
         kinds = len(self.paths.paths)
-        buckets = np.searchsorted(bounds, durations, side="left")
-        counts = np.bincount(codes * width + buckets, minlength=kinds * width)
-        totals = np.bincount(codes, weights=durations, minlength=kinds)
-        present = np.flatnonzero(np.bincount(codes, minlength=kinds))
+        counts, totals, present = self.reader.histogram(np, codes, durations, bounds, kinds)
         exp = _exponential_counts(np, codes, durations) if self.exponential else {}
         slowest: dict[int, int] = {}
         if exemplars:
@@ -356,15 +357,17 @@ class Metrics:
             if not records:
                 continue
             n = len(records)
-            extras = metrics_paths.extra_at(records)
             mine = batch.resource.get(semconv.PROCESS_PID) == pid and self.local is not None
             if mine and by_name is None and self.local is not None:
                 by_name = metrics_paths.unique_paths(self.local(), self.paths)
+            named = None
+            if mine and by_name is not None:
+                named, durations, extras = self.reader.named(np, records, by_name)
+            else:
+                durations, extras = self.reader.durations(np, records)
             resolver.begin()  # a window's ids are its own: nothing carries over
             codes = resolver.resolve(np, 0, records, True, extras, batch.thread_names,
-                                     by_name if mine else None)
-            durations = (np.fromiter(map(_END, records), np.int64, n)
-                         - np.fromiter(map(_START, records), np.int64, n))
+                                     by_name if mine else None, named=named)
             positions = np.arange(n)
             if extras:
                 keep = np.ones(n, bool)

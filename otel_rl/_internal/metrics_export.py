@@ -180,7 +180,7 @@ def attach(rt: Any) -> MetricsExporter | None:
                       open_blocks=rt.open_blocks, roots=roots,
                       local=lambda: [recorder.stack_contribution(st)
                                      for st in recorder.all_stacks()],
-                      trees=None if rt.spans_on else trees)
+                      trees=None if rt.spans_on else trees, accelerated=s.accelerator)
     exporter = MetricsExporter(metrics, _transport_factory(s, endpoint, full, protocol),
                                s.metrics_interval, endpoint)
     pipeline = rt.pipeline

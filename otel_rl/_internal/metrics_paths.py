@@ -20,17 +20,16 @@ is counted under `OTHER` (one warning).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import compress
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import metrics_columns, semconv
+from otel_rl._internal.metrics_columns import Reader
 from otel_rl._internal.node import TreeNode
-from otel_rl._internal.record import EXTRA, NAME, PARENT_ID, SPAN_ID, THREAD_ID, OpenSpan
+from otel_rl._internal.record import EXTRA, OpenSpan
 
-__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "extra_at",
-           "tree_totals", "unique_paths"]
+__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "tree_totals",
+           "unique_paths"]
 
 #: Distinct block paths kept as their own series (per exporting process); more go to `OTHER`.
 MAX_PATHS = 2000
@@ -41,9 +40,6 @@ OVERFLOW = 1  # code of `OTHER`
 SEP = "/"
 #: Observations a record waits for its parent before it counts as top-level.
 ROUNDS = 5
-
-_SID, _PSID, _NAME, _TID, _EXTRA = (operator.itemgetter(i)
-                                     for i in (SPAN_ID, PARENT_ID, NAME, THREAD_ID, EXTRA))
 
 
 class _NameIds(dict[str, int]):
@@ -104,21 +100,15 @@ def _is_kind(extra: Any) -> bool:
     return bool(attrs) and semconv.KIND in attrs
 
 
-def extra_at(records: Sequence[Any]) -> list[int]:
-    """Positions of the records that carry an extra (attributes, links: few), in one pass at
-    C speed (an extra is a non-empty dict or None)."""
-    if not any(map(_EXTRA, records)):  # the common case, at half the cost
-        return []
-    return list(compress(range(len(records)), map(_EXTRA, records)))
-
-
 class PathResolver:
     """Path codes for drained records (see the module docstring)."""
 
     def __init__(self, table: PathTable,
                  open_blocks: Callable[[], Iterable[OpenSpan]] | None = None,
-                 roots: Callable[[], Iterable[int]] | None = None) -> None:
+                 roots: Callable[[], Iterable[int]] | None = None,
+                 reader: Reader = metrics_columns.PURE) -> None:
         self.table = table
+        self.reader = reader  # how record fields become columns (compiled or pure)
         self.open_blocks = open_blocks
         self.roots = roots
         self.unplaced = 0  # records counted as top-level because their parent never showed
@@ -198,23 +188,25 @@ class PathResolver:
     # -- one batch -------------------------------------------------------------------------------
     def resolve(self, np: Any, pid: int, records: Any, last_chance: bool,
                 extras: Sequence[int] | None = None, threads: Mapping[int, str] | None = None,
-                by_name: Mapping[str, int] | None = None, columns: Any = None) -> Any:
+                by_name: dict[str, int] | None = None, columns: Any = None,
+                named: Any = None) -> Any:
         """Path codes of `records` (-1: parent not known yet; with `last_chance`, those count
-        as top-level). `extras`: the positions of the records that have one (`extra_at`;
+        as top-level). `extras`: the positions of the records that have one (`Reader.extras`;
         None: look); `threads`: the batch's thread names (one thread: its records need no
         thread id column); `by_name`: the path of each block name that has one path only
-        (`unique_paths`), -1 for others; `columns`: the records as `Columns` (a relayed
-        batch: no step per record)."""
+        (`unique_paths`), -1 for others; `named`: that column already read (it is updated in
+        place); `columns`: the records as `Columns` (a relayed batch: no step per record)."""
         n = len(records)
+        reader = self.reader
         if extras is None:
-            extras = extra_at(records)
+            extras = reader.extras(records)
         kinds = [i for i in extras if _is_kind(records[i][EXTRA])]
         name_ids = self.table.name_ids
         sub: Any = None  # the positions to place by parent ids (None: all)
         if by_name is not None:
             # The common case, at one column's cost: every block's name has one path (the
             # run, window and aggregate spans of the batch are no block's parent here).
-            codes = np.fromiter(map(by_name.__getitem__, map(_NAME, records)), np.int64, n)
+            codes = named if named is not None else reader.codes(np, records, by_name)
             codes[kinds] = ROOT
             sub = np.flatnonzero(codes < 0)
             if not len(sub):
@@ -231,18 +223,15 @@ class PathResolver:
             name_codes = np.array([name_ids[name] for name in columns.names] or [0],
                                   np.int64)[np.frombuffer(columns.name_idx, np.uint32)]
         else:
-            sids = np.fromiter(map(_SID, records), np.uint64, n)
             single = next(iter(threads)) if threads is not None and len(threads) == 1 else None
-            if isinstance(single, int) and single >= 0:
+            one_thread = isinstance(single, int) and single >= 0
+            sids, tids = reader.ids(np, records, not one_thread)
+            if one_thread:
                 tids = np.full(n, single, np.uint64)
-            else:
-                tids = np.fromiter(map(_TID, records), np.uint64, n)
             # Parent ids and names only of the records to place (a few names at several
             # paths among names at one: the others have their code by name already).
             chosen = records if sub is None else [records[i] for i in sub.tolist()]
-            psids = np.fromiter(map(_PSID, chosen), np.uint64, len(chosen))
-            name_codes = np.fromiter(map(name_ids.__getitem__, map(_NAME, chosen)), np.int64,
-                                     len(chosen))
+            psids, name_codes = reader.parents(np, chosen, name_ids)
         if sub is None:
             sub = np.arange(n)
         elif len(psids) == n:  # columns: take the records to place
@@ -271,17 +260,8 @@ class PathResolver:
             """Codes for every record whose parent's code is known, outermost first (one
             pass per nesting level, over the records still without a code)."""
             child = self.table.child
-            todo = np.flatnonzero(codes[sub] < 0)
-            while len(todo):
-                known = np.where(same[todo], codes[parent[todo]], parent_codes[todo])
-                ready = known >= 0
-                if not ready.any():
-                    return
-                at = todo[ready]
-                pairs = known[ready] * width + name_codes[at]
-                codes[sub[at]] = _distinct_map(np, pairs, lambda k: child(k // width,
-                                                                           name_list[k % width]))
-                todo = todo[~ready]
+            reader.settle(np, codes, sub, same, parent, parent_codes, name_codes, width,
+                          lambda k: child(k // width, name_list[k % width]))
 
         settle()
         if last_chance:
@@ -292,20 +272,6 @@ class PathResolver:
                 settle()
         self._recent.append((pid, index, codes, tids))
         return codes
-
-
-def _distinct_map(np: Any, keys: Any, make: Callable[[int], int]) -> Any:
-    """`make` of each of `keys` (non-negative ints), called once per distinct key: through a
-    table when the keys span a small range (no sort), else `np.unique`."""
-    top = int(keys.max()) + 1
-    if top <= 4 * len(keys) + 65_536:
-        distinct = np.flatnonzero(np.bincount(keys, minlength=top))
-        table = np.zeros(top, np.int64)
-        table[distinct] = [make(k) for k in distinct.tolist()]
-        return table[keys]
-    distinct, back = np.unique(keys, return_inverse=True)
-    made = np.array([make(k) for k in distinct.tolist()], np.int64)
-    return made[back.reshape(-1)]
 
 
 class _Index:

@@ -8,7 +8,8 @@ iterations. Run in the Ray venv, plain or under ``otel-rl run``:
 Prints RLlib's own ``pretty_print`` of each iteration's results dict (RLlib's printed output)
 and writes, per iteration, the results dict's key paths (nested dicts flattened to
 ``a/b/c``), RLlib's own counters and each ``algo.train()``'s wall time to RESULTS_JSON
-(``iterations``), with the CPU seconds of the driver, env runners and learners (``cpu_s``).
+(``iterations``), with the CPU seconds of the driver, env runners and learners at the end
+(``cpu_s``) and once the algorithm is built (``cpu_built_s``: training alone is the difference).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main() -> None:
         .debugging(seed=1)
     )
     algo = config.build_algo()
+    built = _cpu(algo)  # start-up done: what training itself costs is the difference
     results = []
     for _ in range(iterations):
         start = time.perf_counter()
@@ -57,16 +59,20 @@ def main() -> None:
             "env_steps": result["env_runners"]["num_env_steps_sampled_lifetime"],
             "seconds": seconds,  # of this algo.train() call (benchmarks/bench_rllib.py)
         })
-    # CPU seconds of RLlib's processes so far, every thread (benchmarks/bench_rllib.py).
-    cpu = {"driver": time.process_time(),
-           "env_runners": algo.env_runner_group.foreach_env_runner(
-               lambda runner: time.process_time(), local_env_runner=False),
-           "learners": [r.get() for r in algo.learner_group.foreach_learner(
-               lambda learner: time.process_time())]}
+    cpu = _cpu(algo)
     algo.stop()
     ray.shutdown()
     with open(out, "w", encoding="utf-8") as f:
-        json.dump({"iterations": results, "cpu_s": cpu}, f)
+        json.dump({"iterations": results, "cpu_s": cpu, "cpu_built_s": built}, f)
+
+
+def _cpu(algo: Any) -> dict[str, Any]:
+    """CPU seconds of RLlib's processes so far, every thread (benchmarks/bench_rllib.py)."""
+    return {"driver": time.process_time(),
+            "env_runners": algo.env_runner_group.foreach_env_runner(
+                lambda runner: time.process_time(), local_env_runner=False),
+            "learners": [r.get() for r in algo.learner_group.foreach_learner(
+                lambda learner: time.process_time())]}
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ def _block_counts(timers: dict[str, Any]) -> dict[str, int]:
 
 
 def _check_run(prometheus: PrometheusServer, jaeger: JaegerServer, run_id: str, started: float,
-               timers: dict[str, Any], reward: str, fps_gauge: str | None) -> None:
+               timers: dict[str, Any], reward: str, fps_gauge: str | None,
+               gauges: bool) -> None:
     run = f'otel_rl_run_id="{run_id}"'
     counts = {r["metric"]["block"]: float(r["value"][1]) for r in prometheus.wait_for(
         f"sum by (block) (otel_rl_block_duration_seconds_count{{{run}}})")}
@@ -85,6 +86,18 @@ def _check_run(prometheus: PrometheusServer, jaeger: JaegerServer, run_id: str, 
     if fps_gauge is not None:
         (fps,) = prometheus.query(f'otel_rl_scalar{{{run},name="{fps_gauge}"}}')
         assert float(fps["value"][1]) > 0
+    # Every query of the provisioned Grafana dashboard has this run's data (explicit buckets:
+    # the native-histogram queries are for metrics_histogram=exponential), but the set_gauge
+    # panels where the framework sets no gauge (Sample Factory; ML-Agents' GaugeWriter does)
+    # and, without an FPS scalar, that query.
+    from tests.test_metrics_stack import dashboard_queries
+
+    for title, expr in dashboard_queries(run_id).items():
+        if "otel_rl_block_duration_seconds{" in expr or ("otel_rl_gauge{" in expr and not gauges):
+            continue
+        if fps_gauge is None and title == "FPS (env steps / s) / B":
+            continue
+        assert prometheus.query(expr), f"dashboard panel {title!r} is empty: {expr}"
     # An exemplar of that block resolves to a span Jaeger holds.
     groups = prometheus.exemplars(f'otel_rl_block_duration_seconds_bucket{{{run},'
                                   f'block="{busiest}"}}', started - 5, end)
@@ -110,7 +123,7 @@ def test_sample_factory_run_in_prometheus(venvs: Any, prometheus: PrometheusServ
                     **_endpoints(prometheus, jaeger, run_id))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     _check_run(prometheus, jaeger, run_id, started, load(out / "timers.json"),
-               reward="reward/reward", fps_gauge="perf/_fps")
+               reward="reward/reward", fps_gauge="perf/_fps", gauges=False)
 
 
 @pytest.mark.prometheus
@@ -126,7 +139,7 @@ def test_mlagents_run_in_prometheus(venvs: Any, prometheus: PrometheusServer,
                     cwd=tmp_path, timeout=600, **_endpoints(prometheus, jaeger, run_id))
     assert done.returncode == 0, done.stderr[-3000:]
     _check_run(prometheus, jaeger, run_id, started, load(out / "timers.json"),
-               reward="Environment/Cumulative Reward", fps_gauge=None)
+               reward="Environment/Cumulative Reward", fps_gauge=None, gauges=True)
     # The behavior name is the category (StatsReporter's and the TensorBoard folder's).
     (steps,) = prometheus.query(f'otel_rl_env_steps_total{{otel_rl_run_id="{run_id}"}}')
     assert steps["metric"]["category"] == "Simple"

@@ -157,9 +157,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _head(venv: Venv, tmp: Path, *extra: str) -> Iterator[int]:
+def _head(venv: Venv, tmp: Path, *extra: str, **env: str) -> Iterator[int]:
     """A cluster started by ``ray start --head`` in an environment with nothing of otel_rl
-    (raylet never sees a driver's environment), stopped after; its GCS port."""
+    (raylet never sees a driver's environment; `env` added to it), stopped after; its GCS
+    port."""
     port = _free_port()
     temp = Path("/tmp") / f"ray-otel-{os.getpid()}-{port}"  # short: Unix socket paths
     # --block: the command stays in front and takes the cluster down when it is stopped; in
@@ -168,7 +169,7 @@ def _head(venv: Venv, tmp: Path, *extra: str) -> Iterator[int]:
         [str(venv.bin / "ray"), "start", "--head", "--block", f"--port={port}",
          "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp}",
          "--disable-usage-stats", *extra],
-        cwd=tmp, env=venv.env(RAY_AUTH_MODE="disabled"), stdin=subprocess.DEVNULL,
+        cwd=tmp, env=venv.env(RAY_AUTH_MODE="disabled", **env), stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         for _ in range(600):  # until the head answers (up to a minute)
@@ -193,14 +194,22 @@ def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) ->
         _check_calls_tree(load(out / "timers.json"))
 
 
-# Known flaky (issue 15 stays open): on this 2-core machine Ray's client proxier fails to start
-# the connection's own server in about half the runs, just after `ray start` ("Starting Ray
-# client server failed. See ray_client_server_23000.err", or psutil.ZombieProcess from its check
-# of that server); the driver's ray.init then fails before any call. Cause not established: a
-# start-up race in Ray, or the runtime_env the run adds to the job. Not strict: a run that
-# connects must pass every assertion.
-@pytest.mark.xfail(strict=False, reason="Ray Client's specific server fails to start in about "
-                   "half the runs here (Ray's proxier, before any call); see the comment")
+#: Ray's client proxier starts each connection's server with ``subprocess.Popen`` from a
+#: gRPC thread of a process full of gRPC threads; gRPC's fork handlers (on by default in
+#: grpcio) then run in the forked child on a state they skipped preparing ("Other threads are
+#: currently calling into gRPC, skipping fork() handlers"), and the child dies before its
+#: exec (SIGSEGV, or gRPC's "Check failed: next_worker->state == KICKED" abort): "Starting
+#: Ray client server failed", in 3 of 18 plain ``ray start`` + ``ray.init("ray://...")`` runs
+#: here without otel_rl (ray-project/ray#63202). gRPC's documented remedy for a process that
+#: always execs right after fork is ``GRPC_ENABLE_FORK_SUPPORT=false``: 0 of 18 then.
+#: Another limit of Ray's, met by running a second Ray Client cluster beside this test: the
+#: per-connection servers take ports from a fixed range (23000-24000) after a bind check,
+#: and two clusters connecting at once on one machine can start theirs on the same port
+#: ("Stream removed (Socket closed)" in the proxier); test sessions using the Ray venv are
+#: serialized by its lock (`conftest.framework_venv`), so the suite never does that itself.
+RAY_CLIENT_HEAD_ENV = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
+
+
 @pytest.mark.parametrize("zero_code", [True, False], ids=["otel-rl-run", "configure"])
 def test_ray_client_driver_carries_context(ray_venv: Venv, tmp_path: Path,
                                            zero_code: bool) -> None:
@@ -213,8 +222,8 @@ def test_ray_client_driver_carries_context(ray_venv: Venv, tmp_path: Path,
     Zero code under ``otel-rl run``, and with
     ``otel_rl.configure()`` in the program (``OTEL_RL_CONFIGURE=1``)."""
     client_port = _free_port()
-    with _head(ray_venv, tmp_path, f"--ray-client-server-port={client_port}"):
-        # The client server takes connections once the head is up; the driver retries.
+    with _head(ray_venv, tmp_path, f"--ray-client-server-port={client_port}",
+               **RAY_CLIENT_HEAD_ENV):
         extra = {} if zero_code else {"OTEL_RL_CONFIGURE": str(tmp_path / "out")}
         done, out = _run(ray_venv, tmp_path, "calls", f"ray://127.0.0.1:{client_port}",
                          zero_code=zero_code, RAY_AUTH_MODE="disabled",
