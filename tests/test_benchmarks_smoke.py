@@ -147,6 +147,9 @@ def test_relay_and_timing_switch_benchmarks_check_their_results(smoke_run: dict[
         summary = benches[name]["results"]["summary"]
         assert summary["now"]["checks"] == []
     assert benches["bench_relay"]["results"]["summary"]["now"]["bytes_per_record"] > 0
+    windows = benches["bench_windows"]  # bulk windows export what record by record exports
+    assert windows["exit_status"] == 0, windows["output"][-2000:]
+    assert all(not row["checks"] for row in windows["results"]["summary"].values())
 
 
 def test_bench_metrics_smoke_runs_both_column_readers_and_sizes_an_export(

@@ -133,7 +133,7 @@ def windowed(rt: Runtime, taken: list[Batch], out: list[Batch]) -> None:
         state.windows_out += sum(len(batch.records) for batch in out)
         made_up = windower.stats["continuations"] + (windower.stats["windows"] if windower.main
                                                      else 0)
-        waiting = sum(len(window.records) for window in windower.windows.values())
+        waiting = sum(window.held() for window in windower.windows.values())  # (rings too)
     except Exception:  # (a bug costs the count's exactness, never the flush)
         return
     ledger.windowed(max(0, state.windows_in - (state.windows_out - made_up) - waiting), made_up)
@@ -239,7 +239,9 @@ def relayed(rt: Runtime, batch: Batch) -> None:
                                       int(records[-1][TRACE_ID]))
             opened = workers.open_sids.get(pid)
             if opened:  # blocks open at its last report that ended since
-                opened.difference_update([record[SPAN_ID] for record in records])
+                columns = batch.columns  # (a relayed batch's records are made on first need)
+                opened.difference_update(columns.sids if columns is not None
+                                         else [record[SPAN_ID] for record in records])
         except (TypeError, IndexError, ValueError):
             pass  # not records as this module knows them: no cut-short copies then
 

@@ -193,11 +193,11 @@ def attach(rt: Any) -> MetricsExporter | None:
                 metrics.observe(batches, exemplars=windows is None, final=final)
         except Exception as exc:  # a bug here must cost metrics, never spans
             rt.stats.warn_once(f"metrics-{type(exc).__name__}", f"metrics failed: {exc!r}")
-        for batch in batches:
-            batch.columns = None  # counted: a relayed batch's columns need not wait in the queues
         if windows is None:
+            for batch in batches:
+                batch.columns = None  # counted: its columns need not wait in the queues
             return batches
-        out: list[Batch] = windows(batches, final)
+        out: list[Batch] = windows(batches, final)  # (places relayed batches by their columns)
         try:
             metrics.exported(out)
         except Exception as exc:

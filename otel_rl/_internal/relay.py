@@ -23,6 +23,7 @@ from otel_rl._internal import jsonout, log
 from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch, Columns
+from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
 from otel_rl._internal.wholerun import Snapshot, received
@@ -93,12 +94,15 @@ def decode_columns(body: bytes) -> Batch:
     for index, extra in header["extras"].items():
         extras[int(index)] = extra
     sids, psids, name_idx, starts, ends, tids, trace_idx = columns
-    records = list(zip(sids, psids, [names[i] for i in name_idx], starts, ends, tids,
-                       [traces[i] for i in trace_idx], extras, strict=True))
-    return Batch(header["resource"], int(header["offset_ns"]), records,
-                 {int(k): v for k, v in header["threads"].items()},
-                 Columns(sids, psids, name_idx, names, starts, ends, tids,
-                         sorted(int(i) for i, e in header["extras"].items() if e)))
+    if max(name_idx, default=-1) >= len(names) or max(trace_idx, default=-1) >= len(traces):
+        raise ValueError("index out of range")
+    # The records are made from the columns when first needed (`Rows`): under `auto` most
+    # of a worker's records are placed by their columns and dropped without ever being made.
+    frame = Columns(sids, psids, name_idx, names, starts, ends, tids,
+                    sorted(int(i) for i, e in header["extras"].items() if e))
+    return Batch(header["resource"], int(header["offset_ns"]),
+                 Rows(frame, trace_idx, traces, extras),
+                 {int(k): v for k, v in header["threads"].items()}, frame)
 
 
 def _socket_name(address: str) -> str:

@@ -10,9 +10,9 @@ as clipped continuation spans.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from time import perf_counter_ns
 from typing import Any
 
@@ -20,6 +20,7 @@ from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, OpenSpan, Record, make
+from otel_rl._internal.windows_bulk import BulkWindows, beyond
 
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
@@ -46,11 +47,16 @@ class _Window:
     outlier, what contains its start (its ancestors) and what starts after it — the slice a
     kept outlier window shows, closed under parents."""
 
-    __slots__ = ("cut", "long", "outlier", "records", "since")
+    __slots__ = ("chunks", "cut", "long", "outlier", "pending", "records", "since")
 
     def __init__(self, scheduled: bool, cap: int) -> None:
         # (source, record, start epoch ns, end epoch ns)
         self.records: Any = [] if scheduled else deque(maxlen=cap)
+        # A ring's arrivals from relayed batches, not made into `records` items yet
+        # (`windows_bulk`): (source, records, positions, starts, ends), oldest first;
+        # `pending` items in all, never more than the ring keeps.
+        self.chunks: list[tuple[Any, Any, Any, Any, Any]] = []
+        self.pending = 0
         self.long: list[tuple[Any, Any]] = []  # records that started earlier and end here
         self.cut: int | None = None  # records starting at/after this epoch ns are out
         self.outlier = 0  # duration (ns) of the outlier this window keeps, if any
@@ -62,8 +68,44 @@ class _Window:
         since = self.since
         return since is None or start >= since or end >= since
 
+    def add_chunk(self, key: Any, records: Any, positions: Any, starts: Any,
+                  ends: Any) -> None:
+        """Ring arrivals from a relayed batch, their times as arrays: `records` (positions
+        None) or the batch's `Rows` and the positions in it, made into items only if the
+        window is kept; chunks the ring would have pushed out entirely are forgotten."""
+        self.chunks.append((key, records, positions, starts, ends))
+        self.pending += len(starts)
+        cap = self.records.maxlen
+        while self.pending - len(self.chunks[0][3]) >= cap:
+            self.pending -= len(self.chunks.pop(0)[3])
+
+    def held(self) -> int:
+        """How many records the window holds now (a ring: at most its length)."""
+        if not self.pending:
+            return len(self.records)
+        return int(min(self.records.maxlen, len(self.records) + self.pending))
+
+    def settle(self) -> None:
+        """Make the pending chunks `records` items: what appending them one by one leaves."""
+        skip = max(0, self.pending - self.records.maxlen)  # pushed out by later ones anyway
+        for key, records, positions, starts, ends in self.chunks:
+            if skip >= len(starts):
+                skip -= len(starts)
+                continue
+            if positions is None:
+                records = records[skip:]
+            else:
+                records = records.take(positions[skip:].tolist())
+            self.records.extend(zip(repeat(key), records, starts[skip:].tolist(),
+                                    ends[skip:].tolist()))
+            skip = 0
+        self.chunks = []
+        self.pending = 0
+
     def keep_from(self, start: int, duration: int) -> None:
         """An outlier that started at `start` (epoch ns): keep the slice from there on."""
+        if self.chunks:
+            self.settle()
         self.outlier, self.since = duration, start
         self.records = [item for item in self.records if self.admits(item[2], item[3])]
 
@@ -78,9 +120,13 @@ class _Source:
         self.records: list[Any] = []
 
 
-class Windower:
+class Windower(BulkWindows):
     """Turns drained batches into the batches a windowed run exports (not thread-safe: the
     pipeline calls it under its flush lock)."""
+
+    #: Relayed batches (typed columns) are placed per window in bulk (`windows_bulk`);
+    #: False: record by record, as the process's own (the differential tests' reference).
+    bulk = True
 
     def __init__(self, *, run_id: str, t0_ns: int, window_s: float, every: int,
                  budget: Callable[[], int], main: bool, run_span: tuple[int, int],
@@ -113,7 +159,7 @@ class Windower:
         self.stats: dict[str, int] = {"windows": 0, "exported": 0, "continuations": 0,
                                       "sampled_out": 0}
         self._traces: dict[int, int] = {}
-        self._durations: dict[str, list[float]] = {}
+        self._durations: dict[str, list[int]] = {}  # per name: count, sum, sum of squares
         self._room = 1.0
         self._last_outlier = 0
         # (source, span id) -> windows it already has a continuation in (blocks seen open)
@@ -199,17 +245,19 @@ class Windower:
     def _outlier(self, name: str, duration: int) -> bool:
         state = self._durations.get(name)
         if state is None:
-            state = self._durations[name] = [0.0, 0.0, 0.0]
-        n, mean, m2 = state
-        verdict = False
-        if n >= 20 and duration >= self.outlier_min:
-            std = math.sqrt(m2 / (n - 1))
-            verdict = duration > mean + 3.0 * std and duration > 1.5 * mean
-        n += 1
-        delta = duration - mean
-        mean += delta / n
-        state[0], state[1], state[2] = n, mean, m2 + delta * (duration - mean)
+            state = self._durations[name] = [0, 0, 0]  # count, sum, sum of squares
+        n, total, squares = state
+        verdict = n >= 20 and duration >= self.outlier_min and beyond(n, total, squares,
+                                                                     duration)
+        state[0], state[1], state[2] = n + 1, total + duration, squares + duration * duration
         return verdict
+
+    def window(self, k: int) -> _Window:
+        """Open window `k`, made on first need."""
+        window = self.windows.get(k)
+        if window is None:
+            window = self.windows[k] = _Window(scheduled(k, self.every), self._cap)
+        return window
 
     # -- the flush step ----------------------------------------------------------------------
     def process_now(self, batches: list[Batch], final: bool) -> list[Batch]:
@@ -221,7 +269,11 @@ class Windower:
         self._cap = 2 * self._limit()
         for batch in batches:
             key = self._source(batch)
-            self._take(key, batch)
+            columns = batch.columns
+            if self.bulk and columns is not None and len(columns.sids) == len(batch.records):
+                self.take_columns(key, batch)
+            else:
+                self._take(key, batch)
         self._close(now_ns, final)
         out = []
         for source in self.sources.values():
@@ -260,6 +312,8 @@ class Windower:
                 if (outliers and self._outlier(record[NAME], end - start) and window.since is None
                         and isinstance(window.records, deque)):
                     window.keep_from(start, end - start)
+                if window.chunks:
+                    window.settle()
                 if window.admits(start, end):
                     window.records.append((key, record, start, end))
                     if len(window.records) >= cap and not isinstance(window.records, deque):
@@ -321,8 +375,10 @@ class Windower:
             self._room = max(0.0, self._room - 1.0)
             self._last_outlier = window.outlier
         if verdict is None:
-            self.stats["sampled_out"] += len(window.records)
+            self.stats["sampled_out"] += window.held()
             return
+        if window.chunks:
+            window.settle()
         self.kept[k] = verdict
         self.stats["windows"] += 1
         self._trim(window)

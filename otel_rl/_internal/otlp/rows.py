@@ -1,0 +1,101 @@
+"""A relayed batch's records, made from its columns only when someone needs them.
+
+Under `auto` the main process's windows place a worker's records by their columns
+(`windows_bulk`) and keep most of them only as positions until their window is decided; most
+are then dropped without ever being a record tuple. Whoever needs the records (a sink under
+`all`, a kept window, the metrics) gets them as before: iterating makes them all once (the
+same tuples the relay's decoder made before), indexing or `take` makes just those asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+from otel_rl._internal.otlp.records import Columns
+from otel_rl._internal.record import Extra, Record
+
+__all__ = ["Rows"]
+
+
+class Rows(Sequence[Record]):
+    """Records as `Columns` plus their trace ids (indexes into `traces`) and extras."""
+
+    __slots__ = ("_columns", "_extras", "_list", "_trace_idx", "_traces")
+
+    def __init__(self, columns: Columns, trace_idx: Any, traces: list[int],
+                 extras: list[Extra | None]) -> None:
+        self._columns = columns
+        self._trace_idx = trace_idx
+        self._traces = traces
+        self._extras = extras
+        self._list: list[Record] | None = None
+
+    @property
+    def made(self) -> bool:
+        """Whether every record has been made (then holding them costs their tuples)."""
+        return self._list is not None
+
+    def _all(self) -> list[Record]:
+        records = self._list
+        if records is None:
+            c, traces = self._columns, self._traces
+            names = c.names
+            records = self._list = list(zip(
+                c.sids, c.psids, [names[i] for i in c.name_idx], c.starts, c.ends, c.tids,
+                [traces[i] for i in self._trace_idx], self._extras, strict=True))
+        return records
+
+    def take(self, positions: list[int]) -> list[Record]:
+        """The records at `positions` (each made once more if not all made yet)."""
+        if self._list is not None:
+            return list(map(self._list.__getitem__, positions))
+        c, traces = self._columns, self._traces
+        if len(positions) >= 256:  # column by column (the windows' caller has numpy loaded)
+            import numpy as np
+
+            index = np.array(positions, np.intp)
+            names = c.names
+            return list(zip(
+                *(np.frombuffer(column, np.dtype(column.typecode))[index].tolist()
+                  for column in (c.sids, c.psids)),
+                [names[i] for i in np.frombuffer(c.name_idx, np.uint32)[index].tolist()],
+                *(np.frombuffer(column, np.dtype(column.typecode))[index].tolist()
+                  for column in (c.starts, c.ends, c.tids)),
+                [traces[i] for i in np.frombuffer(self._trace_idx, np.uint32)[index].tolist()],
+                [self._extras[i] for i in positions], strict=True))
+        at = positions.__iter__
+        return list(zip(
+            map(c.sids.__getitem__, at()), map(c.psids.__getitem__, at()),
+            map(c.names.__getitem__, map(c.name_idx.__getitem__, at())),
+            map(c.starts.__getitem__, at()), map(c.ends.__getitem__, at()),
+            map(c.tids.__getitem__, at()),
+            map(traces.__getitem__, map(self._trace_idx.__getitem__, at())),
+            map(self._extras.__getitem__, at()), strict=True))
+
+    def __len__(self) -> int:
+        return len(self._extras)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
+        if self._list is not None or isinstance(index, slice):
+            return self._all()[index]
+        return self.take([range(len(self._extras))[index]])[0]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rows):
+            other = other._all()
+        return self._all() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rows({len(self)} records)"

@@ -1,0 +1,226 @@
+"""The `auto` windows' work on a relayed batch, in bulk on its typed columns.
+
+A relaying worker's records arrive as columns (`otlp.records.Columns`); nearly all of them fall
+in an open window that is not kept by schedule, whose ring holds them until the window is
+decided and then, unless an outlier kept it, forgets them. Record by record that cost the main
+process about 1 µs per worker record (`Windower._take`), the largest per-block cost of the whole
+process tree in the real Sample Factory run. Here the same decisions are made per batch:
+
+- every record's window index, from the start/end columns (numpy);
+- the outlier statistics (per block name: count, sum, sum of squares, exact integers) and each
+  record's verdict, from prefix sums over the records of each name, in arrival order;
+- runs of plain records (no pass-through kind, in one open window, ending in it, no outlier)
+  go to their windows as a whole: a ring keeps positions into the batch (`_Window.add_chunk`)
+  and makes items only if the window is kept; a scheduled (or outlier) window takes the ones
+  its cut and outlier slice admit, in runs up to each trim (which may move the cut);
+- every other record (late, long, an outlier, a run/process/aggregate span) goes through the
+  same steps as `Windower._take`, with its verdict already known.
+
+The result is the same windows, spans, ids and counts as `Windower._take` on the same batches
+(`tests/test_windows_bulk.py` runs both and compares).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from itertools import pairwise, repeat
+from typing import Any
+
+from otel_rl._internal import semconv
+from otel_rl._internal.otlp.rows import Rows
+from otel_rl._internal.record import EXTRA, SPAN_ID, Record
+
+_PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
+#: Past this, time arithmetic (time + clock offset - run start) could wrap in int64: such
+#: batches take the record-by-record path.
+_SAFE = (1 << 63) - 1
+
+
+def beyond(n: int, total: int, squares: int, duration: int) -> bool:
+    """Whether `duration` is an outlier after `n` durations summing to `total` (their squares
+    to `squares`): longer than mean + 3 sample standard deviations and than 1.5 x mean, in
+    exact integer arithmetic, so a whole batch's verdicts come out the same computed one by
+    one or from prefix sums (`BulkWindows._verdicts`)."""
+    x = n * duration - total  # n x (duration - mean)
+    return (x > 0 and 2 * n * duration > 3 * total
+            and x * x * (n - 1) > 9 * n * (n * squares - total * total))
+
+
+def _pick(records: Sequence[Record], positions: Any) -> list[Record]:
+    if isinstance(records, Rows):
+        return records.take(positions.tolist())
+    return list(map(records.__getitem__, positions.tolist()))
+
+
+class BulkWindows:
+    """`Windower`'s steps on relayed batches (a mixin: the windower is `self`)."""
+
+    def take_columns(self: Any, key: Any, batch: Any) -> None:
+        """`Windower._take(key, batch)` for a batch that has `columns`."""
+        try:
+            import numpy as np
+        except ImportError:  # (a dependency; a broken install still gets its windows)
+            self.bulk = False
+            self._take(key, batch)
+            return
+
+        records = batch.records
+        n = len(records)
+        if not n:
+            return
+        columns = batch.columns
+        raw_starts = np.frombuffer(columns.starts, np.int64)
+        raw_ends = np.frombuffer(columns.ends, np.int64)
+        offset = batch.offset_ns
+        bound = _SAFE - abs(offset) - abs(self.t0)
+        if not -bound < min(int(raw_starts.min()), int(raw_ends.min())) <= max(
+                int(raw_starts.max()), int(raw_ends.max())) < bound:
+            self._take(key, batch)  # times no clock gives: record by record, in Python ints
+            return
+        starts = raw_starts + offset
+        ends = raw_ends + offset
+        ks = np.maximum((starts - self.t0) // self.width, 0)
+        es = np.maximum((ends - self.t0) // self.width, 0)
+
+        passing = np.zeros(n, bool)
+        for i in columns.extras:
+            attrs = records[i][EXTRA].get("attrs")
+            if attrs and attrs.get(semconv.KIND) in _PASS_KINDS:
+                passing[i] = True
+        late = ks < self.next_close
+        outlier = np.zeros(n, bool)
+        if self.main:
+            kept_late = late & np.isin(ks, np.fromiter(self.kept, np.int64, len(self.kept)))
+            self._verdicts(np, columns, ends - starts, ~passing & ~kept_late, outlier)
+        slow = passing | late | (es > ks) | outlier
+
+        start = 0
+        for p in [*np.flatnonzero(slow).tolist(), n]:
+            if p > start:
+                self._run(np, key, records, start, p, ks, starts, ends)
+            if p < n:
+                self._one(key, records[p], int(starts[p]), int(ends[p]), int(ks[p]),
+                          int(es[p]), bool(outlier[p]), bool(passing[p]))
+            start = p + 1
+        if self._continued:
+            sids = set(np.frombuffer(columns.sids, np.uint64)[~passing].tolist())
+            for seen in [item for item in self._continued if item[0] == key and item[1] in sids]:
+                del self._continued[seen]
+
+    def _verdicts(self: Any, np: Any, columns: Any, durations: Any, counted: Any,
+                  out: Any) -> None:
+        """Add the `counted` records' durations to the outlier statistics in arrival order,
+        and set `out` where a record is an outlier by the statistics before it (as
+        `Windower._outlier` does record by record)."""
+        positions = np.flatnonzero(counted)
+        if not len(positions):
+            return
+        codes = np.frombuffer(columns.name_idx, np.uint32)[positions]
+        order = np.argsort(codes, kind="stable")
+        codes = codes[order]
+        cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
+        floor = self.outlier_min
+        for a, b in pairwise(cuts):
+            name = columns.names[int(codes[a])]
+            where = positions[order[a:b]]
+            d = durations[where]
+            state = self._durations.get(name)
+            if state is None:
+                state = self._durations[name] = [0, 0, 0]
+            n0, total0, squares0 = state
+            m = b - a
+            floats = d.astype(np.float64)
+            if int(d.min()) < 0 or float(floats @ floats) >= 2.0 ** 61:
+                d = d.astype(object)  # Python integers: exact past int64
+            sums = np.cumsum(d)
+            squares = np.cumsum(d * d)
+            if n0 + m > 20:
+                for j in np.flatnonzero(d >= floor).tolist():
+                    if n0 + j < 20:
+                        continue
+                    dj = int(d[j])
+                    if beyond(n0 + j, total0 + int(sums[j]) - dj,
+                               squares0 + int(squares[j]) - dj * dj, dj):
+                        out[where[j]] = True
+            state[0], state[1], state[2] = (n0 + m, total0 + int(sums[-1]),
+                                            squares0 + int(squares[-1]))
+
+    def _run(self: Any, np: Any, key: Any, records: Any, a: int, b: int, ks: Any, starts: Any,
+             ends: Any) -> None:
+        """Plain records `a` to `b` (each in an open window, ending in it, no outlier)."""
+        part = ks[a:b]
+        n = len(records)
+        first = int(part[0])
+        if bool((part == first).all()):
+            groups = [(first, np.arange(a, b))]
+        else:
+            groups = [(int(k), np.flatnonzero(part == k) + a) for k in np.unique(part).tolist()]
+        for k, idx in groups:
+            window = self.window(k)
+            s, e = starts[idx], ends[idx]
+            if isinstance(window.records, deque):  # a ring (no cut, no outlier slice): all in
+                last = window.records.maxlen or len(idx)  # earlier ones it would push out
+                if len(idx) > last:
+                    idx, s, e = idx[-last:], s[-last:], e[-last:]
+                if isinstance(records, Rows) and not records.made and 8 * len(idx) >= n:
+                    window.add_chunk(key, records, idx, s, e)  # positions: made if kept
+                else:  # (a small part of the batch: its own records, not the whole batch's)
+                    window.add_chunk(key, _pick(records, idx), None, s, e)
+                continue
+            self._admit(np, window, key, records, idx, s, e)
+
+    def _admit(self: Any, np: Any, window: Any, key: Any, records: Any, idx: Any, s: Any,
+               e: Any) -> None:
+        """Into a list window (scheduled, or sliced by an outlier): what `Windower._take` would
+        admit appending them one by one (trimming to the earliest starts each time it is full,
+        which moves the cut), appended in runs up to the next trim."""
+        admitted = np.ones(len(idx), bool)
+        if window.cut is not None:
+            admitted &= s < window.cut
+        if window.since is not None:
+            admitted &= (s >= window.since) | (e >= window.since)
+        idx, s, e = idx[admitted], s[admitted], e[admitted]
+        dropped = len(admitted) - len(idx)
+        cap = self._cap
+        while len(idx):
+            held = window.records
+            room = max(1, cap - len(held))
+            held.extend(zip(repeat(key), _pick(records, idx[:room]), s[:room].tolist(),
+                            e[:room].tolist()))
+            idx, s, e = idx[room:], s[room:], e[room:]
+            if len(held) >= cap:
+                self._trim(window)
+                if window.cut is not None and len(idx):
+                    admitted = s < window.cut
+                    dropped += len(admitted) - int(admitted.sum())
+                    idx, s, e = idx[admitted], s[admitted], e[admitted]
+        self.stats["sampled_out"] += dropped
+
+    def _one(self: Any, key: Any, record: Record, start: int, end: int, k: int, e: int,
+             outlier: bool, passing: bool) -> None:
+        """One record, as `Windower._take`'s loop takes it (its outlier verdict already known)."""
+        if passing:
+            self.sources[key].records.append(record)
+            return
+        if k >= self.next_close:
+            window = self.window(k)
+            if outlier and window.since is None and isinstance(window.records, deque):
+                window.keep_from(start, end - start)
+            if window.chunks:
+                window.settle()
+            if window.admits(start, end):
+                window.records.append((key, record, start, end))
+                if len(window.records) >= self._cap and not isinstance(window.records, deque):
+                    self._trim(window)
+            else:
+                self.stats["sampled_out"] += 1
+        elif k in self.kept:
+            if self._late[k].admits(start, end):
+                self._emit(key, k, record)
+        else:
+            self.stats["sampled_out"] += 1
+        if e > k:
+            self._long(key, record, k, e)
+        if self._continued:
+            self._continued.pop((key, record[SPAN_ID]), None)

@@ -1,0 +1,290 @@
+"""Issue 19: the main process places relayed batches in the `auto` windows in bulk, on their
+typed columns (`windows_bulk`), instead of record by record. Differential tests: the same
+batches through a windower in bulk and through one record by record give the same exported
+batches (records, ids, parents, order), the same kept windows and the same counts — on crafted
+workloads that reach every branch (rings, scheduled windows cut by the budget, outliers, late
+and long records, pass-through spans, open blocks) and on a real multi-process run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_rl._internal import relay, semconv
+from otel_rl._internal.mainledger import LEDGER_KEY
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.record import OpenSpan
+from otel_rl._internal.windows import Windower, beyond
+from tests.test_long_runs import assert_same_tree, tree_cli
+
+REPO = Path(__file__).resolve().parents[1]
+SECOND = 1_000_000_000
+T0 = 1_700_000_000 * SECOND
+
+
+def relayed(batch: Batch) -> Batch:
+    """`batch` as the main process gets it from a worker: through a real relay frame."""
+    frame = relay.encode_columns(batch)
+    return relay.decode_columns(frame[relay.FRAME_HEADER.size:])
+
+
+def workload(seed: int, seconds: int = 24, rate: int = 3000) -> list[tuple[int, list[Batch]]]:
+    """Flushes (now, batches) of two relaying workers and the main process's own records:
+    short blocks under a few parents, some long enough to span windows, outliers, late
+    arrivals (a worker's batch held back a few flushes), extras and a process marker span."""
+    rng = random.Random(seed)
+    names = [f"block_{i}" for i in range(6)]
+    offsets = {101: 5_000, 102: -7_000, 1: 0}
+    held: list[Batch] = []
+    flushes = []
+    sid = 1 << 40
+    for s in range(seconds):
+        batches = []
+        for pid in (101, 102, 1):
+            records = []
+            base = T0 + s * SECOND - offsets[pid]
+            parent = 0
+            for i in range(rate if pid != 1 else rate // 10):
+                sid += 1
+                start = base + i * (SECOND // rate) + rng.randrange(1000)
+                duration = rng.randrange(2_000, 60_000)
+                roll = rng.random()
+                if roll < 0.002:
+                    duration = rng.randrange(15, 80) * 1_000_000  # an outlier (or not)
+                elif roll < 0.004:
+                    duration = rng.randrange(1, 4) * SECOND  # spans windows
+                extra: Any = None
+                if i % 97 == 0:
+                    extra = {"attrs": {"step": i}}
+                elif i % 389 == 0:
+                    extra = {"error": ["ValueError", "bad", "trace"]}
+                if i % 10 == 0:
+                    parent = sid
+                    psid = 0
+                else:
+                    psid = parent
+                records.append((sid, psid, names[rng.randrange(len(names))], start,
+                                start + duration, 7000 + pid, 0xFEED, extra))
+            if pid != 1 and s == 3:
+                sid += 1
+                records.append((sid, 0, "process", base, base + 10, 7000 + pid, 0xFEED,
+                                {"attrs": {semconv.KIND: semconv.KIND_PROCESS}}))
+            for at in range(0, len(records), 10):  # a parent is recorded after its children
+                records[at:at + 10] = records[at + 1:at + 10] + records[at:at + 1]
+            batch = Batch({semconv.PROCESS_PID: pid, "service.name": "w"}, offsets[pid],
+                          records, {7000 + pid: "MainThread"})
+            if pid == 1:
+                batches.append(batch)
+            elif pid == 102 and s % 7 == 5:
+                held.append(relayed(batch))  # arrives late, after its windows closed
+            else:
+                batches.append(relayed(batch))
+        if s % 7 == 0 and held:
+            batches.extend(held)
+            held = []
+        rng.shuffle(batches)
+        flushes.append((T0 + (s + 1) * SECOND, batches))
+    flushes.append((T0 + (seconds + 4) * SECOND, held))
+    return flushes
+
+
+def windower(bulk: bool, budget: int, every: int, main: bool = True, t0: int = T0) -> Windower:
+    opened = [OpenSpan(101, 1 << 39, 0, "main_loop", T0 - 10 * SECOND, 7101)]
+    w = Windower(run_id="run-diff", t0_ns=t0, window_s=1.0, every=every,
+                 budget=lambda: budget, main=main, run_span=(0xABC, 0x123), lag_s=1.5,
+                 own=Batch({semconv.PROCESS_PID: 1}, 0, []),
+                 open_blocks=lambda: opened, window_attributes=lambda: {"g": 1},
+                 bases=lambda: {101: {1 << 39}})
+    w.bulk = bulk
+    return w
+
+
+def copy(batch: Batch) -> Batch:
+    return Batch(batch.resource, batch.offset_ns, list(batch.records), batch.thread_names)
+
+
+def run_both(seed: int, budget: int, every: int, main: bool = True) -> tuple[Windower, int]:
+    bulk, reference = windower(True, budget, every, main), windower(False, budget, every, main)
+    flushes = workload(seed)
+    exported = 0
+    for i, (now, batches) in enumerate(flushes):
+        final = i == len(flushes) - 1
+        got = bulk.process(batches, now, final)  # relayed batches' records not made yet
+        want = reference.process([copy(b) for b in batches], now, final)
+        assert [(b.resource, b.records) for b in got] == [(b.resource, b.records) for b in want]
+        # What the open windows hold (the killed-main ledger's "waiting") is the same too.
+        assert ({k: w.held() for k, w in bulk.windows.items()}
+                == {k: w.held() for k, w in reference.windows.items()})
+        exported += sum(len(b.records) for b in got)
+    assert bulk.kept == reference.kept
+    assert bulk.stats == reference.stats
+    assert bulk._durations == reference._durations
+    return bulk, exported
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("budget", "every"), [(10_000, 4), (400, 3), (60, 2)])
+def test_bulk_windows_equal_record_by_record(seed: int, budget: int, every: int) -> None:
+    w, exported = run_both(seed, budget, every)
+    # The workload reached what it is there for: rings dropped, windows kept by schedule and
+    # by outliers, budgets cut, late records, continuations.
+    assert exported and w.stats["sampled_out"] and w.stats["continuations"]
+    assert "schedule" in w.kept.values()
+    if budget == 10_000:
+        assert "outlier" in w.kept.values()
+
+
+def test_bulk_windows_equal_record_by_record_in_a_process_exporting_on_its_own() -> None:
+    w, exported = run_both(4, 500, 3, main=False)
+    assert exported and set(w.kept.values()) == {"schedule"} and not w._durations
+
+
+def test_a_ring_fed_in_bulk_holds_what_it_would_hold_record_by_record() -> None:
+    # One window, not scheduled, far more records than its ring holds, in chunks of every
+    # size around the ring's length: its count and (once an outlier keeps it) its records.
+    for sizes in ([5, 3, 40, 1], [39, 1, 1], [100], [1, 1, 1, 60, 2], [1, 29], [2, 28, 1]):
+        outputs = []
+        for bulk in (True, False):
+            w = windower(bulk, budget=20, every=10)  # ring of 2 x (20 - 5) = 30
+            sid = 100
+            for size in sizes:
+                records = []
+                for _ in range(size):
+                    sid += 1
+                    start = T0 + SECOND + sid * 1000
+                    records.append((sid, 0, "step", start, start + 500, 1, 9, None))
+                w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, records))],
+                          T0 + SECOND)
+            held = w.windows[1].held()
+            outlier = [(sid + 1, 0, "step", T0 + SECOND, T0 + SECOND + 90_000_000, 1, 9,
+                        None)]
+            w._durations["step"] = [100, 100 * 500, 100 * 500 * 500]
+            out = w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, outlier))],
+                            T0 + 10 * SECOND, final=True)
+            outputs.append((held, w.kept, [b.records for b in out], w.stats))
+        assert outputs[0] == outputs[1]
+        held, kept, records, _stats = outputs[0]
+        assert held == min(30, sum(sizes)) and kept[1] == "outlier"
+        steps = [r for batch in records for r in batch if r[2] == "step"]
+        assert len(steps) == 15  # the kept window's budget (20, less its reserve) of the ring
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_exact_outlier_rule_is_the_streaming_mean_and_deviation(seed: int) -> None:
+    # `beyond` (integers) against the float rule it replaced, away from its boundary.
+    rng = random.Random(seed)
+    durations = [rng.randrange(1, 5_000_000) for _ in range(200)]
+    for candidate in [rng.randrange(1, 50_000_000) for _ in range(200)]:
+        n = len(durations)
+        mean = sum(durations) / n
+        std = (sum((d - mean) ** 2 for d in durations) / (n - 1)) ** 0.5
+        threshold = max(mean + 3 * std, 1.5 * mean)
+        if abs(candidate - threshold) < 10:
+            continue
+        assert beyond(n, sum(durations), sum(d * d for d in durations), candidate) == (
+            candidate > threshold)
+
+
+def test_bulk_windows_equal_record_by_record_in_a_real_run(tmp_path: Path) -> None:
+    """Two spawned rollout workers, a learner thread and the main thread (the long-run
+    workload) with small windows; every flush of the main process's windows is compared."""
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.windows_shadow", str(report), "sf", str(tmp_path / "run"),
+         "n=40000", "workers=2", "window=0.2", "sample_every=3", "flush_interval=0.1"],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["windowers"] == 1 and result["flushes"] >= 3
+    assert result["bulk_records"] >= 80_000  # both workers' records went through the bulk path
+    assert result["mismatches"] == []
+    (stats, _reference), = result["stats"]
+    assert stats["exported"] and stats["sampled_out"]
+    (kept, _reference_kept), = result["kept"]
+    assert len(kept) >= 2
+    # Nothing lost (the ledger says so in timers.json only when something was), and the tree
+    # rebuilt from the spans file is timers.json.
+    tree = json.loads((tmp_path / "run" / "timers.json").read_text())
+    assert tree["children"] and LEDGER_KEY not in tree.get("metadata", {})
+    rc, rebuilt, err = tree_cli(str(tmp_path / "run" / "spans.otlp.jsonl"))
+    assert rc == 0, err
+    assert rebuilt is not None
+    assert_same_tree(rebuilt, tree)
+
+
+@pytest.mark.parametrize("before", [18, 19, 20, 21])
+@pytest.mark.parametrize("split", [None, 7])
+def test_an_outlier_needs_twenty_durations_before_it_in_bulk_as_one_by_one(
+        before: int, split: int | None) -> None:
+    # `before` steps of 1 ms, then one of 50 ms and one more step, in window 1 (not
+    # scheduled): kept as an outlier only once 20 durations came before the long one, whether
+    # they came in one batch or two.
+    kept = []
+    for bulk in (True, False):
+        w = windower(bulk, budget=10_000, every=10)
+        records = []
+        for i in range(before + 2):  # (and one step after it)
+            start = T0 + SECOND + i * 2_000_000
+            records.append((1000 + i, 0, "step", start,
+                            start + (50_000_000 if i == before else 1_000_000), 1, 9, None))
+        parts = [records] if split is None else [records[:split], records[split:]]
+        for part in parts:
+            w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, part))], T0 + SECOND)
+        w.process([], T0 + 10 * SECOND, final=True)
+        kept.append(w.kept.get(1))
+    assert kept[0] == kept[1] == ("outlier" if before >= 20 else None)
+
+
+@pytest.mark.parametrize("size", [50, 600])  # (many positions are taken column by column)
+def test_relayed_records_are_made_on_first_need_and_equal_the_records_sent(size: int) -> None:
+    rng = random.Random(5)
+    records = [((1 << 63) + i, i, f"n{i % 3}", 10 * i - 7, 10 * i + 5, 7 + i % 2,
+                (1 << 127) + 0xAB if i % 2 else 0xCD,
+                {"attrs": {"i": i}} if i % 4 == 0 else None) for i in range(size)]
+    sent = Batch({semconv.PROCESS_PID: 3}, 11, records, {7: "main"})
+    for _ in range(3):
+        rows = relayed(sent).records
+        positions = rng.sample(range(size), size // 2)
+        assert rows.take(positions) == [records[i] for i in positions]  # type: ignore[attr-defined]
+        assert rows[-1] == records[-1] and rows[7] == records[7] and len(rows) == size
+        assert not rows.made  # type: ignore[attr-defined]
+        assert list(rows) == records and rows == records and rows[3:9] == records[3:9]
+        assert rows.take(positions) == [records[i] for i in positions]  # type: ignore[attr-defined]
+    with pytest.raises(IndexError):
+        relayed(sent).records[size]
+
+
+def test_a_frame_naming_a_block_name_it_does_not_have_is_refused_whole() -> None:
+    frame = relay.encode_columns(Batch({}, 0, [(1, 0, "a", 1, 2, 3, 4, None)]))
+    body = bytearray(frame[relay.FRAME_HEADER.size:])
+    after = 8 * 3 + 4  # the columns after the name index: starts, ends, thread ids, traces
+    assert relay.decode_columns(bytes(body)).records[0][2] == "a"
+    body[-after - 4:-after] = (9).to_bytes(4, sys.byteorder)  # a name index past the names
+    with pytest.raises(ValueError, match="index out of range"):
+        relay.decode_columns(bytes(body))
+
+
+def test_times_past_what_int64_arithmetic_holds_go_record_by_record() -> None:
+    # A worker's clock offset plus its times past 2**63: no numpy wrap-around, the same
+    # windows as record by record (which computes in Python integers).
+    huge = (1 << 62) + 12345
+    records = [(i + 1, 0, "step", huge + i * SECOND // 10, huge + i * SECOND // 10 + 500, 1, 9,
+                None) for i in range(30)]
+    outputs = []
+    for bulk in (True, False):
+        w = windower(bulk, budget=100, every=2, t0=2 * huge)
+        out = w.process([relayed(Batch({semconv.PROCESS_PID: 5}, huge, records))],
+                        2 * huge + 10 * SECOND, final=True)
+        outputs.append(([b.records for b in out], w.kept, w.stats))
+    assert outputs[0] == outputs[1]
+    exported, kept, _stats = outputs[0]
+    assert kept[0] == kept[2] == "schedule" and 1 not in kept
+    assert sum(r[2] == "step" for batch in exported for r in batch) == 20  # windows 0 and 2
