@@ -350,7 +350,7 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
     orphan and exports the rest itself."""
     lost = dead = living = 0
     paths = [path for path in tallyfile.run_files(run_id, ".tally") if path != own]
-    _settle([pid for pid in (tallyfile.pid_of(path, run_id) for path in paths) if pid])
+    _settle([(pid, path) for path in paths if (pid := tallyfile.pid_of(path, run_id))])
     for path in paths:
         pid = tallyfile.pid_of(path, run_id)
         if pid is None or received.get(pid) == _ALL:
@@ -374,20 +374,19 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
     return living
 
 
-def _settle(pids: list[int], quiet_s: float = 0.5, limit_s: float = 5.0) -> None:
-    """Until the workers dying with the main process have ended: a process group's SIGKILL
-    (or a cgroup's OOM kill) reaches its members one by one, and a member not yet gone would
-    pass for an orphan that counts itself, and be counted by nobody. Returns once no worker
-    has ended for `quiet_s` (those left are orphans), or after `limit_s`."""
-    living = {pid for pid in pids if alive(pid)}
-    now = time.monotonic()
-    changed, limit = now, now + limit_s
-    while living and now < limit and now - changed < quiet_s:
+def _settle(workers: list[tuple[int, str]], limit_s: float = 5.0) -> None:
+    """Until every worker that still has its tally file (`(pid, path)`) has either ended or
+    removed the file, at most `limit_s`. A process group's SIGKILL (or a cgroup's OOM kill)
+    reaches its members one by one: one not yet gone would pass for an orphan that counts
+    itself, and be counted by nobody. A live orphan removes its tally file once it has read
+    the mirror, at its next flush (every 2 s by default): one killed before that is counted
+    here too."""
+    limit = time.monotonic() + limit_s
+    waiting = [(pid, path) for pid, path in workers if alive(pid)]
+    while waiting and time.monotonic() < limit:
         time.sleep(0.02)
-        still = {pid for pid in living if alive(pid)}
-        now = time.monotonic()
-        if still != living:
-            living, changed = still, now
+        waiting = [(pid, path) for pid, path in waiting
+                   if os.path.exists(path) and alive(pid)]
 
 
 def alive(pid: int) -> bool:

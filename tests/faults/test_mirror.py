@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 from otel_rl._internal import mainledger, tallyfile
 from otel_rl._internal.ledger import Ledger
@@ -34,22 +35,28 @@ def test_the_mirror_keeps_every_workers_received_count_past_its_first_table() ->
         tallyfile.remove_run(run_id)
 
 
-def test_workers_still_dying_with_the_main_process_are_waited_for_and_orphans_are_not() -> None:
+
+def test_the_launcher_waits_for_workers_dying_with_the_main_and_for_orphans_to_take_over(
+        tmp_path: Path) -> None:
     """A process group's SIGKILL reaches its members one by one: a worker not yet gone when
     the launcher looks would pass for an orphan (which counts itself) and be counted by
-    nobody. The launcher waits until no worker has ended for a while, then leaves the live
-    ones to count themselves."""
+    nobody; an orphan killed before its next flush (where it takes over) likewise. The
+    launcher waits until each worker with a tally file has ended or removed the file."""
     import subprocess
     import sys
-    import time
 
-    dying = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    def worker(path: Path, code: str) -> tuple[subprocess.Popen[bytes], str]:
+        path.write_text("tally")
+        return subprocess.Popen([sys.executable, "-c", code]), str(path)
+
+    dying, dying_tally = worker(tmp_path / "a", "import time; time.sleep(0.4)")
+    orphan, orphan_tally = worker(  # takes over at its "flush": reads, removes its tally
+        tmp_path / "b", f"import os, time; time.sleep(0.6); os.remove({str(tmp_path / 'b')!r});"
+                        " time.sleep(30)")
     try:
-        time.sleep(0.1)  # both running
-        mainledger._settle([dying.pid, orphan.pid])
+        mainledger._settle([(dying.pid, dying_tally), (orphan.pid, orphan_tally)])
         assert not mainledger.alive(dying.pid)  # ended (a zombie until reaped: dead)
-        assert mainledger.alive(orphan.pid)
+        assert mainledger.alive(orphan.pid) and not os.path.exists(orphan_tally)
     finally:
         orphan.kill()
         orphan.wait()
