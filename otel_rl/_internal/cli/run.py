@@ -140,12 +140,15 @@ def output_dir(env: dict[str, str]) -> str | None:
 
 
 def write_report(folder: str) -> str | None:
-    """Write ``report.html`` from the run's timers.json (and spans file, for the timeline)."""
+    """Write ``report.html`` from the run's timers.json (and spans file, for the timeline).
+
+    The timeline's spans are read as `readers.timeline` reads them: only those it shows are
+    converted (the page is the one a full read gives). A last line of the spans file cut off
+    mid-record is left out and said (`skipped_lines`)."""
     from pathlib import Path
 
     from otel_rl._internal import atomic
-    from otel_rl._internal.readers.otlp_json import read_otlp_json_file
-    from otel_rl._internal.runtime import SPANS_FILE, TIMERS_FILE
+    from otel_rl._internal.readers.timeline import timeline_spans
     from otel_rl._internal.tree import Tree
     from otel_rl.renderers import html
 
@@ -154,13 +157,20 @@ def write_report(folder: str) -> str | None:
         return None
     tree = Tree.from_json(timers.read_text(encoding="utf-8"))
     spans_path = Path(folder) / SPANS_FILE
-    spans = read_otlp_json_file(spans_path) if spans_path.exists() else None
+    spans = (timeline_spans(spans_path, html.MAX_TIMELINE_SPANS) if spans_path.exists()
+             else None)
     title = f"otel-rl run: {tree.metadata.get('command_line_arguments', '') or folder}"
     report = Path(folder) / REPORT_FILE
     atomic.write_text(report, html.render(tree, spans, title=title))
+    for note in spans.skipped if spans is not None else ():
+        print(f"otel-rl run: report.html: {note}", file=sys.stderr)
     return str(report)
 
 
+#: The run's files, as `runtime` names them (not imported from there: the launcher would
+#: load the whole write side for two names; `tests/test_run_report.py` pins them equal).
+TIMERS_FILE = "timers.json"
+SPANS_FILE = "spans.otlp.jsonl"
 REPORT_FILE = "report.html"
 
 

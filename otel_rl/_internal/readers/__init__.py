@@ -11,10 +11,37 @@ Malformed input raises `UserError` with a one-line reason and, for files, the li
 
 from __future__ import annotations
 
-from otel_rl._internal.readers._common import SpanList, normalize_trace_id
-from otel_rl._internal.readers.jaeger import fetch_jaeger, parse_jaeger
-from otel_rl._internal.readers.otlp_json import read_otlp_json_file as read_spans_file
-from otel_rl._internal.readers.tempo import fetch_tempo, parse_tempo
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from otel_rl._internal.readers._common import SpanList, normalize_trace_id
+    from otel_rl._internal.readers.jaeger import fetch_jaeger, parse_jaeger
+    from otel_rl._internal.readers.otlp_json import read_otlp_json_file as read_spans_file
+    from otel_rl._internal.readers.tempo import fetch_tempo, parse_tempo
+
+#: Loaded on first use: a reader of files (``otel-rl run``'s report) does not pay for the
+#: HTTP clients of the backend readers.
+_LAZY = {
+    "SpanList": ("_common", "SpanList"),
+    "normalize_trace_id": ("_common", "normalize_trace_id"),
+    "fetch_jaeger": ("jaeger", "fetch_jaeger"),
+    "parse_jaeger": ("jaeger", "parse_jaeger"),
+    "read_spans_file": ("otlp_json", "read_otlp_json_file"),
+    "fetch_tempo": ("tempo", "fetch_tempo"),
+    "parse_tempo": ("tempo", "parse_tempo"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module, attr = _LAZY[name]
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "SpanList",

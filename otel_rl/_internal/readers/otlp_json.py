@@ -42,8 +42,12 @@ __all__ = [
     "parse_otlp_json_lines",
     "parse_spans_text",
     "read_otlp_json_file",
+    "resource_of",
+    "scopes_of",
+    "span_from_json",
     "spans_from_document",
     "spans_from_resource_spans",
+    "spans_of_scope",
 ]
 
 _STATUS_CODE_ERROR = 2
@@ -310,25 +314,45 @@ def spans_from_resource_spans(
     spans: list[SpanData] = []
     for i, item in enumerate(resource_spans):
         rs_where = f"{where}: {path}[{i}]"
-        rs = _object(item, rs_where)
-        resource_obj = rs.get("resource")
-        if resource_obj is None:
-            resource_obj = {}
-        resource = _attributes(
-            _list(_object(resource_obj, rs_where), "attributes", "attributes", rs_where),
-            f"{rs_where}.resource",
-        )
-        # "instrumentationLibrarySpans" is the name before OTLP 0.15; old files still have it.
-        scopes = _list(rs, "scopeSpans", "scope_spans", rs_where) or _list(
-            rs, "instrumentationLibrarySpans", "instrumentation_library_spans", rs_where
-        )
-        for j, scope in enumerate(scopes):
+        rs, resource = resource_of(item, rs_where)
+        for j, scope in enumerate(scopes_of(rs, rs_where)):
             ss_where = f"{rs_where}.scopeSpans[{j}]"
-            scope_obj = _object(scope, ss_where)
-            _scope(scope_obj, ss_where)
-            for k, span in enumerate(_list(scope_obj, "spans", "spans", ss_where)):
+            for k, span in enumerate(spans_of_scope(scope, ss_where)):
                 spans.append(_span(span, resource, f"{ss_where}.spans[{k}]"))
     return spans
+
+
+def resource_of(item: Any, rs_where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One ``resourceSpans`` entry checked as an object, and its resource's attributes."""
+    rs = _object(item, rs_where)
+    resource_obj = rs.get("resource")
+    if resource_obj is None:
+        resource_obj = {}
+    resource = _attributes(
+        _list(_object(resource_obj, rs_where), "attributes", "attributes", rs_where),
+        f"{rs_where}.resource",
+    )
+    return rs, resource
+
+
+def scopes_of(rs: dict[str, Any], rs_where: str) -> list[Any]:
+    """The scopes of a ``resourceSpans`` entry."""
+    # "instrumentationLibrarySpans" is the name before OTLP 0.15; old files still have it.
+    return _list(rs, "scopeSpans", "scope_spans", rs_where) or _list(
+        rs, "instrumentationLibrarySpans", "instrumentation_library_spans", rs_where
+    )
+
+
+def spans_of_scope(scope: Any, ss_where: str) -> list[Any]:
+    """The span objects (not yet checked) of one scope, its own fields checked."""
+    scope_obj = _object(scope, ss_where)
+    _scope(scope_obj, ss_where)
+    return _list(scope_obj, "spans", "spans", ss_where)
+
+
+def span_from_json(obj: Any, resource: dict[str, Any], where: str) -> SpanData:
+    """One OTLP/JSON span object as a checked `SpanData` (`where` names it in errors)."""
+    return _span(obj, resource, where)
 
 
 def spans_from_document(obj: Any, where: str, path: str = "") -> list[SpanData]:

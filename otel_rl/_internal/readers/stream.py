@@ -36,6 +36,7 @@ __all__ = [
     "SpanSample",
     "is_spans_lines",
     "iter_spans",
+    "open_spans",
     "sample_longest",
     "scan_aggregates",
     "tree_from_collected",
@@ -44,7 +45,8 @@ __all__ = [
 _MARKER = semconv.AGGREGATE_DATA.encode()
 
 
-def _open(path: str | Path, limits: Limits) -> IO[bytes]:
+def open_spans(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> IO[bytes]:
+    """`path` opened through the input boundary, gunzipped when it is gzip."""
     handle = open_input(path, "a spans file", limits)
     if handle.peek(2)[:2] == b"\x1f\x8b":  # type: ignore[attr-defined]
         return gzip.GzipFile(fileobj=handle)  # type: ignore[return-value]
@@ -58,7 +60,7 @@ def _first_document(path: str | Path, limits: Limits) -> object:
     """The first non-blank line of `path` parsed as JSON; `_NOT_JSON` when that line is not a
     whole JSON document (a document over many lines), None for a file of blank lines."""
     source = describe_path(path)
-    with _open(path, limits) as handle:
+    with open_spans(path, limits) as handle:
         for _number, raw in iter_lines(handle, source, limits):
             text = raw.decode("utf-8-sig", "replace").strip()
             if not text:
@@ -115,7 +117,7 @@ def iter_spans(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[Sp
         return
     source = describe_path(path)
     n = 0
-    with _open(path, limits) as handle:
+    with open_spans(path, limits) as handle:
         for number, raw in iter_lines(handle, source, limits):
             spans = parse_otlp_json_line(_text(raw, source, number), number, source, limits)
             n += len(spans)
@@ -133,7 +135,7 @@ def scan_aggregates(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Collec
             collected.add(span.attributes)
         return collected
     source = describe_path(path)
-    with _open(path, limits) as handle:
+    with open_spans(path, limits) as handle:
         for number, raw in iter_lines(handle, source, limits):
             if _MARKER not in raw:
                 _check_unused_line(raw, source, number, limits)
