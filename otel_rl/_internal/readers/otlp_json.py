@@ -184,6 +184,23 @@ def any_value(value: Any, where: str, depth: int = 0) -> Any:
 def _attributes(items: list[Any], where: str, depth: int = 0) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     for item in items:
+        if type(item) is dict:  # the two common spellings first, decoded as any_value does
+            key = item.get("key")
+            value = item.get("value")
+            if type(key) is str and type(value) is dict and len(value) == 1:
+                text = value.get("stringValue")
+                if type(text) is str:
+                    attributes[key] = text
+                    continue
+                number = value.get("intValue")
+                if type(number) is str and len(number) <= 40:
+                    try:
+                        number = int(number)
+                    except ValueError:
+                        number = None
+                if type(number) is int and _INT64[0] <= number <= _INT64[1]:
+                    attributes[key] = number
+                    continue
         kv = _object(item, f"{where}.attributes")
         key = kv.get("key")
         if not isinstance(key, str):
