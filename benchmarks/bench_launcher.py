@@ -1,0 +1,171 @@
+"""What ``otel-rl run`` itself costs: the launcher's CPU, and ``report.html`` written alone.
+
+    python benchmarks/bench_launcher.py [--run-dir DIR] [--rounds 7] [--rev REV]
+                                        [--quick | --smoke] [--json FILE]
+
+The launcher starts the program, waits, and when the program has ended writes ``report.html``
+from the run's timers.json and spans file. To measure just that, the program is ``true`` (no
+Python, ~1 ms) and ``--output`` names a copy of a real run's folder: what the launcher costs
+after a real run is then the whole CPU of ``otel-rl run --output COPY -- true``
+(``RUSAGE_CHILDREN`` around it) less that of ``true`` alone. The run's folder is ``--run-dir``
+(e.g. a real Sample Factory run's ``otel-rl run --output`` folder) or, by default, made here
+with ``tests.long_workloads sf`` (2 spawn workers, a learner thread, the main loop, ``auto``
+windows, every one kept).
+
+Variants, interleaved (a shuffled order per round, a fresh interpreter per measurement):
+
+- ``launcher``: ``python -m otel_rl run --output COPY -- true`` (CPU, all processes);
+- ``write_report``: ``write_report(COPY)`` alone, CPU of the process from before its imports
+  to after the page is written (``time.process_time`` inside);
+
+each with otel_rl as of ``--rev`` (before, from ``git archive``; default ``b971630``, the
+commit before this change) and as checked out (now). Checks: the report is written by both,
+and the pages are equal (the same title, tree and timeline). Exits 1 if a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from _report import failed_checks_lines, finish, package_at_revision  # noqa: E402
+
+_WRITE_REPORT = ("import sys, time\nt = time.process_time()\n"
+                 "from otel_rl._internal.cli.run import write_report\n"
+                 "assert write_report(sys.argv[1])\nprint(time.process_time() - t)\n"
+                 "import otel_rl\nprint(otel_rl.__file__)\n")
+
+
+def _env(pythonpath: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL", "PYTHON"))}
+    env["PYTHONPATH"] = pythonpath
+    return env
+
+
+def make_run(folder: str, n: int) -> None:
+    """A real multi-process run's output in `folder` (`tests.long_workloads sf`)."""
+    subprocess.run([sys.executable, "-m", "tests.long_workloads", "sf", folder, f"n={n}",
+                    "workers=2", "window=0.5", "sample_every=1"],
+                   cwd=ROOT, env=_env(ROOT), check=True, capture_output=True, timeout=600)
+
+
+def _fresh_copy(run_dir: str, into: str) -> str:
+    copy = os.path.join(into, "run")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("report.html"))
+    return copy
+
+
+def measure_launcher(pythonpath: str, run_dir: str, scratch: str) -> tuple[float, str]:
+    copy = _fresh_copy(run_dir, scratch)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "otel_rl", "run", "--output", copy, "--",
+                           "true"], env=_env(pythonpath), capture_output=True, text=True,
+                          timeout=600, cwd=scratch)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0 or "wrote" not in done.stderr:
+        raise RuntimeError(f"otel-rl run: exit {done.returncode}: {done.stderr[-500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with open(os.path.join(copy, "report.html"), encoding="utf-8") as f:
+        return cpu, f.read()
+
+
+def measure_true() -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(["true"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def measure_write_report(pythonpath: str, run_dir: str, scratch: str) -> float:
+    copy = _fresh_copy(run_dir, scratch)
+    # (cwd: not a folder with an otel_rl in it, which would come before PYTHONPATH)
+    done = subprocess.run([sys.executable, "-c", _WRITE_REPORT, copy], env=_env(pythonpath),
+                          capture_output=True, text=True, timeout=600, check=True, cwd=scratch)
+    cpu, where = done.stdout.split()[-2:]
+    if not where.startswith(pythonpath):
+        raise RuntimeError(f"otel_rl imported from {where}, not from {pythonpath}")
+    return float(cpu)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run-dir", help="a real run's output folder (default: one made here)")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--rev", default="b971630", help="otel_rl before (a git revision)")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 7)
+    n = 1000 if args.smoke else 6000 if args.quick else 20000
+    checks: list[str] = []
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="otel-rl-bench-launcher-") as tmp:
+        run_dir = args.run_dir
+        if run_dir is None:
+            run_dir = os.path.join(tmp, "made")
+            make_run(run_dir, n)
+        paths = {"now": ROOT}
+        before = os.path.join(tmp, "before")
+        os.makedirs(before)
+        if not args.smoke and package_at_revision(args.rev, before):
+            paths["before"] = before
+        scratch = os.path.join(tmp, "scratch")
+        os.makedirs(scratch)
+        spans = os.path.join(run_dir, "spans.otlp.jsonl")
+        size = os.path.getsize(spans) if os.path.exists(spans) else 0
+        rng = random.Random(0)
+        pages: dict[str, str] = {}
+        for _ in range(rounds):
+            jobs = [(what, version) for what in ("launcher", "write_report") for version in paths]
+            jobs.append(("true", ""))
+            rng.shuffle(jobs)
+            for what, version in jobs:
+                if what == "true":
+                    samples.setdefault("`true` alone", []).append(measure_true())
+                elif what == "launcher":
+                    cpu, page = measure_launcher(paths[version], run_dir, scratch)
+                    pages[version] = page
+                    samples.setdefault(f"launcher, {version}", []).append(cpu)
+                else:
+                    samples.setdefault(f"write_report, {version}", []).append(
+                        measure_write_report(paths[version], run_dir, scratch))
+        if "before" in pages and pages["before"] != pages["now"]:
+            checks.append("report.html differs between before and now")
+    summary = {name: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v),
+                      "runs": v, "checks": checks} for name, v in samples.items()}
+    results = {"run_dir": args.run_dir or f"tests.long_workloads sf n={n}", "rounds": rounds,
+               "spans_file_bytes": size, "before": args.rev if "before" in paths else None,
+               "summary": summary}
+
+    def render(res: dict[str, Any]) -> str:
+        rows = [f"### `otel-rl run`'s own CPU ({res['rounds']} interleaved rounds; spans file "
+                f"{res['spans_file_bytes'] / 1e6:.1f} MB, {res['run_dir']})", "",
+                "| what | CPU s, median (min–max) | × before |", "|---|---|---|"]
+        for name, row in res["summary"].items():
+            base = res["summary"].get(name.replace("now", "before"))
+            ratio = (f"{row['median_s'] / base['median_s']:.2f}×"
+                     if base and "now" in name and base["median_s"] > 0 else "")
+            rows.append(f"| {name} | {row['median_s']:.3f} ({row['min_s']:.3f}–"
+                        f"{row['max_s']:.3f}) | {ratio} |")
+        return "\n".join([*rows, "", *failed_checks_lines(res)])
+
+    results["summary"] = dict(sorted(summary.items()))
+    return finish(results, args.json, render)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
