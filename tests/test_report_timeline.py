@@ -172,3 +172,17 @@ def test_the_launchers_file_names_are_the_runtimes() -> None:
 
     assert (run_command.TIMERS_FILE, run_command.SPANS_FILE) == (runtime.TIMERS_FILE,
                                                                  runtime.SPANS_FILE)
+
+
+def test_an_aggregate_spelled_with_escapes_is_left_out_as_a_full_read_leaves_it(
+        run_dir: Path) -> None:
+    spans_file = run_dir / "spans.otlp.jsonl"
+    text = spans_file.read_bytes()
+    assert text.count(b'"stringValue":"aggregate"') == 1
+    spans_file.write_bytes(text.replace(b'"stringValue":"aggregate"',
+                                        b'"stringValue":"\\u0061ggregat\\u0065"'))
+    full = read_otlp_json_file(spans_file)
+    assert sum(s.attributes.get("otel_rl.kind") == "aggregate" for s in full) == 1
+    assert timeline_spans(spans_file, 10).total == len(full) - 1
+    full_page, fast_page = _pages(run_dir, 10)
+    assert full_page == fast_page

@@ -15,10 +15,9 @@ import heapq
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from otel_rl._internal import semconv
-from otel_rl._internal.aggregates import Collected
 from otel_rl._internal.errors import UserError
 from otel_rl._internal.readers.boundary import (
     DEFAULT_LIMITS,
@@ -31,6 +30,9 @@ from otel_rl._internal.readers.boundary import (
 from otel_rl._internal.readers.otlp_json import parse_otlp_json_line, read_otlp_json_file
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree
+
+if TYPE_CHECKING:  # (loaded by the functions that need it: the timeline reader does not)
+    from otel_rl._internal.aggregates import Collected
 
 __all__ = [
     "SpanSample",
@@ -129,6 +131,8 @@ def iter_spans(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[Sp
 def scan_aggregates(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Collected:
     """The aggregate spans of `path` (empty if it has none), parsing only lines that may
     hold one."""
+    from otel_rl._internal.aggregates import Collected
+
     collected = Collected()
     if not _is_lines(path, limits):
         for span in read_otlp_json_file(path, limits):

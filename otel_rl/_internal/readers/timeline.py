@@ -90,9 +90,10 @@ class _Chooser:
         return [item[4] for item in items]
 
 
-def _light(span: Any) -> tuple[int, int, int, bool] | None:
+def _light(span: Any, kinds: bool) -> tuple[int, int, int, bool] | None:
     """(start, end, span id as a number, is an aggregate) of a span object in the spelling
-    otel_rl writes; None when it must be converted in full to be placed (or refused)."""
+    otel_rl writes; None when it must be converted in full to be placed (or refused).
+    `kinds`: whether its line may hold an aggregate span at all (see `_may_aggregate`)."""
     if type(span) is not dict:
         return None
     start = span.get("startTimeUnixNano")
@@ -110,7 +111,7 @@ def _light(span: Any) -> tuple[int, int, int, bool] | None:
     if not 0 <= start_ns <= end_ns <= MAX_TIME_NS:
         return None
     aggregate = False
-    attributes = span.get("attributes")
+    attributes = span.get("attributes") if kinds else None
     if attributes is not None:
         if type(attributes) is not list:
             return None
@@ -125,13 +126,20 @@ def _light(span: Any) -> tuple[int, int, int, bool] | None:
     return start_ns, end_ns, int(sid, 16), aggregate
 
 
+def _may_aggregate(raw: bytes) -> bool:
+    """Whether a line may have a span whose kind is ``"aggregate"``: the JSON string can be
+    there only as those bytes, or spelled with ``\\u`` escapes (no other escape makes a
+    letter). Most lines have neither: their spans' attributes need no look."""
+    return b'"aggregate"' in raw or b"\\u" in raw
+
+
 def _offer_full(chooser: _Chooser, span: SpanData) -> None:
     if span.attributes.get(_KIND) == _AGGREGATE:
         return
     chooser.offer(span.end_ns - span.start_ns, span.start_ns, int(span.span_id, 16), span)
 
 
-def _offer_request(doc: dict[str, Any], where: str, chooser: _Chooser) -> int:
+def _offer_request(doc: dict[str, Any], where: str, chooser: _Chooser, kinds: bool) -> int:
     """Offer the spans of one request line (resources and scopes checked in full: they are
     few); the number of spans it held."""
     resource_spans = doc["resourceSpans"]
@@ -146,7 +154,7 @@ def _offer_request(doc: dict[str, Any], where: str, chooser: _Chooser) -> int:
             spans = spans_of_scope(scope, ss_where)
             n += len(spans)
             for k, span in enumerate(spans):
-                light = _light(span)
+                light = _light(span, kinds)
                 if light is None:  # another spelling, or bad: the full reader places or refuses
                     _offer_full(chooser, span_from_json(span, resource, f"{ss_where}.spans[{k}]"))
                 elif not light[3]:
@@ -183,7 +191,7 @@ def timeline_spans(path: str | Path, cap: int, limits: Limits = DEFAULT_LIMITS) 
                                    "filled) and was skipped")
                     continue
                 if type(doc) is dict and doc.get("resourceSpans") is not None:
-                    n += _offer_request(doc, where, chooser)
+                    n += _offer_request(doc, where, chooser, _may_aggregate(raw))
                 else:
                     spans = spans_from_document(doc, where)
                     n += len(spans)
