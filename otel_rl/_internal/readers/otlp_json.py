@@ -85,6 +85,13 @@ def decode_id(value: Any, size: int, where: str, what: str) -> str:
     """
     if value is None or value == "":
         return ""
+    if type(value) is str and len(value) == 2 * size:  # the hex otel_rl and OTLP/JSON write
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            raw = b""
+        if len(raw) == size:
+            return raw.hex() if any(raw) else ""
     if isinstance(value, str) and len(value) <= _MAX_ID_CHARS:
         text = value.strip()
         if len(text) == 2 * size:

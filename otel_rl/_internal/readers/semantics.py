@@ -47,8 +47,28 @@ def _bad(where: str, span: SpanData, key: str, expected: str, value: Any) -> Use
     )
 
 
+#: The span attributes `check_span` checks (gauges only on spans with a kind): a span with
+#: none of them (most block spans) skips straight to its resource.
+_CHECKED = frozenset({semconv.KIND, semconv.SYNTHETIC, semconv.IS_PARALLEL,
+                      semconv.GPU_SECONDS, semconv.GPU_COUNT, semconv.COUNT})
+
+
 def check_span(span: SpanData, where: str) -> None:
     """Raise `UserError` if `span`'s otel_rl attributes have the wrong types or ranges."""
+    if not _CHECKED.isdisjoint(span.attributes):
+        _check_attributes(span, where)
+    resource = span.resource
+    if resource.get(semconv.WORKER_ROLE) is not None:
+        role = resource[semconv.WORKER_ROLE]
+        if not isinstance(role, str):
+            raise _bad(where, span, semconv.WORKER_ROLE, "a string", role)
+        for key in (semconv.WORKER_INDEX, semconv.PROCESS_PID):
+            value = resource.get(key)
+            if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
+                raise _bad(where, span, key, "a non-negative integer", value)
+
+
+def _check_attributes(span: SpanData, where: str) -> None:
     attributes = span.attributes
     kind = attributes.get(semconv.KIND)
     if kind is not None and not isinstance(kind, str):
@@ -83,15 +103,6 @@ def check_span(span: SpanData, where: str) -> None:
             if part in _GAUGE_FIELDS and not _finite_number(value):
                 raise _bad(where, span, key, f"a number between ±{_LARGEST:g}", value)
             if part == "count" and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
-                raise _bad(where, span, key, "a non-negative integer", value)
-    resource = span.resource
-    if resource.get(semconv.WORKER_ROLE) is not None:
-        role = resource[semconv.WORKER_ROLE]
-        if not isinstance(role, str):
-            raise _bad(where, span, semconv.WORKER_ROLE, "a string", role)
-        for key in (semconv.WORKER_INDEX, semconv.PROCESS_PID):
-            value = resource.get(key)
-            if value is not None and not (_is_int(value) and 0 <= value <= _MAX_COUNT):
                 raise _bad(where, span, key, "a non-negative integer", value)
 
 
