@@ -145,6 +145,7 @@ def write_report(folder: str) -> str | None:
     The timeline's spans are read as `readers.timeline` reads them: only those it shows are
     converted (the page is the one a full read gives). A last line of the spans file cut off
     mid-record is left out and said (`skipped_lines`)."""
+    import gc
     from pathlib import Path
 
     from otel_rl._internal import atomic
@@ -157,8 +158,14 @@ def write_report(folder: str) -> str | None:
         return None
     tree = Tree.from_json(timers.read_text(encoding="utf-8"))
     spans_path = Path(folder) / SPANS_FILE
-    spans = (timeline_spans(spans_path, html.MAX_TIMELINE_SPANS) if spans_path.exists()
-             else None)
+    collecting = gc.isenabled()
+    gc.disable()  # the parsed lines hold no cycles; collecting while they come costs ~15 %
+    try:
+        spans = (timeline_spans(spans_path, html.MAX_TIMELINE_SPANS) if spans_path.exists()
+                 else None)
+    finally:
+        if collecting:
+            gc.enable()
     title = f"otel-rl run: {tree.metadata.get('command_line_arguments', '') or folder}"
     report = Path(folder) / REPORT_FILE
     atomic.write_text(report, html.render(tree, spans, title=title))

@@ -64,7 +64,7 @@ class _Chooser:
     earlier start, then the smaller span id; then file order), each as the raw JSON object
     it came from until it is chosen."""
 
-    __slots__ = ("cap", "heap", "seq", "total")
+    __slots__ = ("cap", "floor", "heap", "seq", "total")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -72,6 +72,9 @@ class _Chooser:
         self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.total = 0
+        #: A span shorter than this is not kept (once `cap` are): the caller need not offer
+        #: it, only count it in `total`.
+        self.floor = -1
 
     def offer(self, duration: int, start: int, sid: int, payload: Any) -> None:
         self.total += 1
@@ -79,8 +82,11 @@ class _Chooser:
         item = (duration, -start, -sid, -self.seq, payload)
         if len(self.heap) < self.cap:
             heapq.heappush(self.heap, item)
+            if len(self.heap) == self.cap:
+                self.floor = self.heap[0][0]
         elif item > self.heap[0]:
             heapq.heapreplace(self.heap, item)
+            self.floor = self.heap[0][0]
 
     def chosen(self) -> list[Any]:
         if self.total <= self.cap:  # all of them: in file order, as a full read has them
@@ -159,8 +165,11 @@ def _offer_request(doc: dict[str, Any], where: str, chooser: _Chooser, kinds: bo
                     _offer_full(chooser, span_from_json(span, resource, f"{ss_where}.spans[{k}]"))
                 elif not light[3]:
                     start, end, sid, _ = light
-                    chooser.offer(end - start, start, sid,
-                                  (span, resource, f"{ss_where}.spans[{k}]"))
+                    if end - start < chooser.floor:  # (most spans, once the heap is full)
+                        chooser.total += 1
+                    else:
+                        chooser.offer(end - start, start, sid,
+                                      (span, resource, f"{ss_where}.spans[{k}]"))
     return n
 
 
