@@ -121,7 +121,7 @@ def main() -> int:
         paths = {"now": ROOT}
         before = os.path.join(tmp, "before")
         os.makedirs(before)
-        if not args.smoke and package_at_revision(args.rev, before):
+        if package_at_revision(args.rev, before):
             paths["before"] = before
         scratch = os.path.join(tmp, "scratch")
         os.makedirs(scratch)

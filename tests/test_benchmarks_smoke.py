@@ -150,6 +150,11 @@ def test_relay_and_timing_switch_benchmarks_check_their_results(smoke_run: dict[
     windows = benches["bench_windows"]  # bulk windows export what record by record exports
     assert windows["exit_status"] == 0, windows["output"][-2000:]
     assert all(not row["checks"] for row in windows["results"]["summary"].values())
+    launcher = benches["bench_launcher"]  # report.html the same before and now
+    assert launcher["exit_status"] == 0, launcher["output"][-2000:]
+    rows = launcher["results"]["summary"]
+    assert {"launcher, now", "write_report, now"} <= set(rows)
+    assert all(not row["checks"] for row in rows.values())
 
 
 def test_bench_metrics_smoke_runs_both_column_readers_and_sizes_an_export(
