@@ -17,6 +17,8 @@ Variants, interleaved (a shuffled order per round, a fresh interpreter per measu
 - ``launcher``: ``python -m otel_rl run --output COPY -- true`` (CPU, all processes);
 - ``write_report``: ``write_report(COPY)`` alone, CPU of the process from before its imports
   to after the page is written (``time.process_time`` inside);
+- ``true`` alone, and ``python -c pass`` (an interpreter's start-up: the floor of a launcher
+  written in Python);
 
 each with otel_rl as of ``--rev`` (before, from ``git archive``; default ``b971630``, the
 commit before this change) and as checked out (now). Checks: the report is written by both,
@@ -82,9 +84,9 @@ def measure_launcher(pythonpath: str, run_dir: str, scratch: str) -> tuple[float
         return cpu, f.read()
 
 
-def measure_true() -> float:
+def measure_plain(argv: list[str], scratch: str) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(["true"], check=True)
+    subprocess.run(argv, check=True, cwd=scratch, env=_env(""))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -131,11 +133,14 @@ def main() -> int:
         pages: dict[str, str] = {}
         for _ in range(rounds):
             jobs = [(what, version) for what in ("launcher", "write_report") for version in paths]
-            jobs.append(("true", ""))
+            jobs += [("true", ""), ("python", "")]
             rng.shuffle(jobs)
             for what, version in jobs:
                 if what == "true":
-                    samples.setdefault("`true` alone", []).append(measure_true())
+                    samples.setdefault("`true` alone", []).append(measure_plain(["true"], scratch))
+                elif what == "python":  # the floor of any launcher written in Python
+                    samples.setdefault("`python -c pass`", []).append(
+                        measure_plain([sys.executable, "-c", "pass"], scratch))
                 elif what == "launcher":
                     cpu, page = measure_launcher(paths[version], run_dir, scratch)
                     pages[version] = page
