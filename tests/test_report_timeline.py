@@ -186,3 +186,23 @@ def test_an_aggregate_spelled_with_escapes_is_left_out_as_a_full_read_leaves_it(
     assert timeline_spans(spans_file, 10).total == len(full) - 1
     full_page, fast_page = _pages(run_dir, 10)
     assert full_page == fast_page
+
+
+def test_otel_rl_report_draws_the_timeline_of_a_full_read(run_dir: Path) -> None:
+    """`otel-rl report --html` on a spans file with aggregate spans: the tree from them, the
+    timeline chosen as from a full read (every line is checked by the aggregate scan)."""
+    from otel_rl._internal.cli.report import load_input
+
+    spans_file = run_dir / "spans.otlp.jsonl"
+    tree, spans = load_input(spans_file)
+    assert spans is not None and len(spans) == html.MAX_TIMELINE_SPANS
+    assert html.render(tree, spans, title="t") == html.render(
+        tree, read_otlp_json_file(spans_file), title="t")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL")}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([sys.executable, "-m", "otel_rl", "report", str(spans_file), "--html",
+                           str(run_dir / "r.html"), "--title", "t"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "r.html").read_text(encoding="utf-8") == html.render(tree, spans,
+                                                                            title="t")

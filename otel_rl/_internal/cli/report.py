@@ -106,7 +106,7 @@ def _from_aggregates(path: str | Path) -> tuple[Tree, list[SpanData]] | None:
     """For a spans file with aggregate spans: the exact tree from them and the whole-run
     timeline's longest spans, both streamed (memory does not grow with the file); else None."""
     from otel_rl._internal.readers.boundary import describe_path
-    from otel_rl._internal.readers.stream import is_spans_lines, sample_longest, scan_aggregates
+    from otel_rl._internal.readers.stream import is_spans_lines, scan_aggregates
 
     if not is_spans_lines(path):
         return None
@@ -114,9 +114,12 @@ def _from_aggregates(path: str | Path) -> tuple[Tree, list[SpanData]] | None:
     if not collected:
         return None
     from otel_rl._internal.readers.stream import tree_from_collected as tree_from_aggregates
+    from otel_rl._internal.readers.timeline import timeline_spans
     from otel_rl.renderers.html import MAX_TIMELINE_SPANS
 
-    return tree_from_aggregates(collected, describe_path(path)), sample_longest(
+    # Every line was checked in full by scan_aggregates: the timeline's spans are chosen
+    # without converting the others (a torn last line it let through is skipped here too).
+    return tree_from_aggregates(collected, describe_path(path)), timeline_spans(
         path, MAX_TIMELINE_SPANS
     )
 
