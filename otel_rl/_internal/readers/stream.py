@@ -11,7 +11,6 @@ spans holds a few lines at a time and still refuses a corrupt file.
 from __future__ import annotations
 
 import gzip
-import heapq
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +38,6 @@ __all__ = [
     "is_spans_lines",
     "iter_spans",
     "open_spans",
-    "sample_longest",
     "scan_aggregates",
     "tree_from_collected",
 ]
@@ -87,29 +85,12 @@ def is_spans_lines(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> bool:
 
 
 class SpanSample(list[SpanData]):
-    """Some of a file's spans; `total` is how many spans the file held."""
+    """Some of a file's spans; `total` is how many spans the file held (what the report's
+    timeline draws from a larger file: `readers.timeline`)."""
 
     def __init__(self, spans: list[SpanData], total: int) -> None:
         super().__init__(spans)
         self.total = total
-
-
-def sample_longest(path: str | Path, cap: int, limits: Limits = DEFAULT_LIMITS) -> SpanSample:
-    """The `cap` longest spans of `path` (aggregate spans left out), streamed: what the
-    report's whole-run timeline shows, in memory bounded by `cap`."""
-    heap: list[tuple[int, int, int, SpanData]] = []
-    total = 0
-    for seq, span in enumerate(iter_spans(path, limits)):
-        if span.attributes.get(semconv.KIND) == semconv.KIND_AGGREGATE:
-            continue
-        total += 1
-        # Longest first; on a tie the earlier start (a parent before its child).
-        item = (span.end_ns - span.start_ns, -span.start_ns, -seq, span)
-        if len(heap) < cap:
-            heapq.heappush(heap, item)
-        elif item[:3] > heap[0][:3]:
-            heapq.heapreplace(heap, item)
-    return SpanSample([item[3] for item in heap], total)
 
 
 def iter_spans(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[SpanData]:
