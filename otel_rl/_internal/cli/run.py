@@ -144,18 +144,18 @@ def write_report(folder: str) -> str | None:
 
     The timeline's spans are read as `readers.timeline` reads them: only those it shows are
     converted (the page is the one a full read gives). A last line of the spans file cut off
-    mid-record is left out and said (`skipped_lines`)."""
+    mid-record is left out, and said on stderr."""
     import gc
     from pathlib import Path
 
+    timers = Path(folder) / TIMERS_FILE
+    if not timers.exists():
+        return None  # (before the imports: a run without files costs nothing more)
     from otel_rl._internal import atomic
     from otel_rl._internal.readers.timeline import timeline_spans
     from otel_rl._internal.tree import Tree
     from otel_rl.renderers import html
 
-    timers = Path(folder) / TIMERS_FILE
-    if not timers.exists():
-        return None
     tree = Tree.from_json(timers.read_text(encoding="utf-8"))
     spans_path = Path(folder) / SPANS_FILE
     collecting = gc.isenabled()
@@ -175,7 +175,7 @@ def write_report(folder: str) -> str | None:
 
 
 #: The run's files, as `runtime` names them (not imported from there: the launcher would
-#: load the whole write side for two names; `tests/test_run_report.py` pins them equal).
+#: load the whole write side for two names; `tests/test_report_timeline.py` pins them equal).
 TIMERS_FILE = "timers.json"
 SPANS_FILE = "spans.otlp.jsonl"
 REPORT_FILE = "report.html"
