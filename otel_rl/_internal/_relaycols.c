@@ -30,8 +30,13 @@ as_u64(PyObject *obj, uint64_t *into)
 {
     if (!PyLong_Check(obj))
         return -1;
+#if SIZEOF_LONG == 8
+    unsigned long v = PyLong_AsUnsignedLong(obj);  /* as for `as_i64` below */
+    if (v == (unsigned long)-1 && PyErr_Occurred()) {
+#else
     unsigned long long v = PyLong_AsUnsignedLongLong(obj);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+#endif
         PyErr_Clear();
         return -1;
     }
