@@ -169,3 +169,40 @@ def test_a_real_worker_relays_through_the_writer_in_use(tmp_path: Any) -> None:
                             {"attrs": {"i": i}} if i % 7 == 0 else None) for i in range(1000)]
     finally:
         server.stop(time.monotonic() + 5)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(3))
+def test_any_record_gets_the_pure_writers_frame_or_its_error(seed: int) -> None:
+    """Random fields of every kind (ints past their column's range, floats, bools, None,
+    strings, str subclasses, odd tuple lengths): the frame is the pure writer's, or the
+    error is of the pure writer's type."""
+    rng = random.Random(seed)
+    values: list[Any] = [0, 1, -1, (1 << 64) - 1, 1 << 64, (1 << 63) - 1, -(1 << 63),
+                         -(1 << 63) - 1, 2.0, True, None, "x", Name("y"), b"z", (1 << 100)]
+
+    def record() -> Any:
+        fields = [rng.getrandbits(40), 0, "a", 5, 9, 3, 1 << 90, None]
+        for _ in range(rng.randrange(3)):
+            fields[rng.randrange(8)] = rng.choice(values)
+        if rng.random() < 0.05:
+            fields.append(None)
+        return tuple(fields)
+
+    def outcome(encode: Any, batch: Batch) -> Any:
+        try:
+            return encode(batch)
+        except Exception as exc:
+            return type(exc)
+
+    before = relay_columns._active is not None
+    try:
+        for _ in range(300):
+            batch = Batch({}, 0, [record() for _ in range(rng.randrange(1, 6))])
+            frames = {}
+            for compiled in (True, False):
+                relay_columns.use(compiled)
+                frames[compiled] = outcome(relay.encode_columns, batch)
+            assert frames[True] == frames[False] == outcome(reference, batch)
+    finally:
+        relay_columns.use(before)
