@@ -72,7 +72,7 @@ def random_batches(seed: int) -> Iterator[Batch]:
 
 @pytest.fixture
 def writer(request: pytest.FixtureRequest) -> Iterator[bool]:
-    before = relay_columns._active is not None
+    before = relay_columns.in_use()
     compiled = bool(request.param)
     if compiled and COMPILED is None:
         pytest.skip("the compiled column writer is not built here")
@@ -149,7 +149,7 @@ def test_a_real_worker_relays_through_the_writer_in_use(tmp_path: Any) -> None:
         client = relay.RelayClient(sys.argv[1], Stats())
         client.export([Batch({"process.pid": os.getpid()}, 5, records, {77: "M"})], 0.0)
         client.shutdown(0.0)
-        print(json.dumps({"compiled": relay_columns._active is not None}))
+        print(json.dumps({"compiled": relay_columns.in_use()}))
     """)
     received: list[Batch] = []
     server = relay.RelayServer(received.append, lambda snapshot: None)
@@ -195,7 +195,7 @@ def test_any_record_gets_the_pure_writers_frame_or_its_error(seed: int) -> None:
         except Exception as exc:
             return type(exc)
 
-    before = relay_columns._active is not None
+    before = relay_columns.in_use()
     try:
         for _ in range(300):
             batch = Batch({}, 0, [record() for _ in range(rng.randrange(1, 6))])

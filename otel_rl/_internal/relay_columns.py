@@ -21,7 +21,7 @@ from typing import Any
 
 from otel_rl._internal import accel
 
-__all__ = ["Columns", "compiled_module", "pure", "use", "write"]
+__all__ = ["Columns", "compiled_module", "in_use", "pure", "use", "write"]
 
 #: (the seven columns as bytes, names in order of first appearance, trace ids likewise,
 #: positions of the records with an extra that is not None)
@@ -56,22 +56,37 @@ def pure(records: Sequence[Any]) -> Columns:
             positions)
 
 
+class _InUse:
+    """The writer in use: the compiled one's `columns`, or None for the pure one (set by
+    `use`; this module's only state, the same in a forked child)."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self) -> None:
+        self.columns: Any = None
+
+
 _compiled = compiled_module()
-_active: Any = None
+_in_use = _InUse()
 
 
 def use(compiled: bool) -> bool:
     """Write columns with the compiled writer when `compiled` and it is built, else in pure
     Python; whether the compiled one is in use."""
-    global _active
-    _active = _compiled.columns if compiled and _compiled is not None else None
-    return _active is not None
+    _in_use.columns = _compiled.columns if compiled and _compiled is not None else None
+    return _in_use.columns is not None
+
+
+def in_use() -> bool:
+    """Whether the compiled writer is in use."""
+    return _in_use.columns is not None
 
 
 def write(records: Sequence[Any]) -> Columns:
     """The columns of `records` (non-empty), by the writer in use."""
-    if _active is not None:
-        made: Columns | None = _active(records)
+    columns = _in_use.columns
+    if columns is not None:
+        made: Columns | None = columns(records)
         if made is not None:
             return made
     return pure(records)
