@@ -9,10 +9,13 @@ inside an open otel_rl block. Thread CPU per block, variants interleaved (order 
 every other round), medians of rounds and the added µs per block with a 95 % bootstrap
 interval of the per-round difference (`_stats`):
 
-- ``plain``: RLlib's own ``log_time``, ``StatsBase.__enter__``/``__exit__``;
-- ``named per call``: otel_rl's blocks, the stats object named by a ``log_time`` wrapper;
-- ``named once``: otel_rl's blocks, the stats object named when the logger stores it
-  (``_set_key``; what otel_rl installs on RLlib 2.60).
+- ``plain``: RLlib's own ``log_time``, ``_set_key``, ``StatsBase.__enter__``/``__exit__``;
+- ``otel_rl``: as this checkout instruments RLlib.
+
+Each variant has its own logger, made while its methods are installed (how a stats object
+was named can change what RLlib's own code costs on it: on Python 3.11+ reading an object's
+``__dict__`` makes its attribute reads slower). To compare revisions, run this file with each
+revision first on ``PYTHONPATH`` (``git archive REV otel_rl | tar -x -C DIR``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 from _stats import fmt_ci
 
@@ -37,23 +41,34 @@ def main() -> int:
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
     from ray.rllib.utils.metrics.stats.base import StatsBase
 
-    from otel_rl._internal import rllib
     from otel_rl.timers import hierarchical_timer
 
     enter, exit_, set_key = StatsBase.__enter__, StatsBase.__exit__, MetricsLogger._set_key
-    assert hasattr(set_key, "__wrapped__"), "RLlib is not instrumented here"
-    plain_log_time = MetricsLogger.log_time
-    variants = {
-        "plain": (enter.__wrapped__, exit_.__wrapped__, plain_log_time),
-        "named per call": (enter, exit_, rllib._patched_log_time(plain_log_time)),
-        "named once": (enter, exit_, plain_log_time),
-    }
-    logger = MetricsLogger()
+    log_time = MetricsLogger.log_time
+    assert hasattr(enter, "__wrapped__"), "RLlib is not instrumented here"
+
+    def plain(method: Any) -> Any:
+        return getattr(method, "__wrapped__", method)
+
+    variants = {"plain": (plain(enter), plain(exit_), plain(log_time), plain(set_key)),
+                "otel_rl": (enter, exit_, log_time, set_key)}
+
+    def install(name: str) -> None:
+        (StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time,
+         MetricsLogger._set_key) = variants[name]
+
     pipeline = ("env_to_module_connector", "timers", "connector_pipeline_timer")
     keys = [("env_to_module_connector", "timers", "connectors", f"c{i}") for i in range(4)]
+    loggers = {}
+    for name in variants:
+        install(name)
+        loggers[name] = logger = MetricsLogger()
+        for key in (pipeline, *keys):
+            with logger.log_time(key):
+                pass
     n = args.blocks // 5
 
-    def loop() -> float:
+    def loop(logger: Any) -> float:
         start = time.thread_time()
         with hierarchical_timer("sample"):
             for _ in range(n):
@@ -67,9 +82,9 @@ def main() -> int:
     for r in range(args.rounds):
         order = list(variants) if r % 2 else list(reversed(variants))
         for name in order:
-            StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time = variants[name]
-            results[name].append(loop())
-    StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time = variants["named once"]
+            install(name)
+            results[name].append(loop(loggers[name]))
+    install("otel_rl")
     otel_rl.shutdown()
     print("| variant | thread CPU µs per block | added µs vs plain [95 % CI] |")
     print("|---|---|---|")

@@ -6,7 +6,7 @@ per otel_rl component, fixed cost split from per-iteration cost.
 
 Runs ``tests/frameworks/rllib_train.py`` (RLlib 2.60 PPO CartPole, new API stack, 2 env
 runners, a Learner actor; the venv of ``scripts/setup-frameworks.sh ray``) with this
-checkout first on ``PYTHONPATH`` (nothing is installed into the venv; Ray's workers inherit
+checkout first on ``PYTHONPATH`` (``--before DIR``: also a variant with otel_rl from DIR) (nothing is installed into the venv; Ray's workers inherit
 it from raylet, which the driver starts). Per run, every process of the tree (driver, raylet,
 GCS, Ray's agents, every Ray worker: env runners, Learner, otel_rl's collector, idle pooled
 workers) is polled for CPU from ``/proc`` (`profile_sf.ProcWatch`), grouped by role (a Ray
@@ -59,17 +59,18 @@ def role(cmd: str) -> str:
     return "other: " + cmd[:40]
 
 
-def one_run(variant: str, iterations: int, rate: int, workdir: str) -> dict[str, Any]:
+def one_run(variant: str, iterations: int, rate: int, workdir: str, src: str = REPO
+            ) -> dict[str, Any]:
     python = os.path.join(VENV, "bin", "python")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
     env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
-    env["PYTHONPATH"] = REPO
+    env["PYTHONPATH"] = src
     results = os.path.join(workdir, f"{variant}-{iterations}.json")
     out = os.path.join(workdir, f"otel-{variant}")
     shutil.rmtree(out, ignore_errors=True)
     argv = [python, SCRIPT, results, str(iterations)]
-    if variant == "otel_rl":
+    if variant != "plain":
         argv = [python, "-m", "otel_rl", "run", "--output", out, "--", "python", *argv[1:]]
     raw = os.path.join(workdir, f"{variant}-{iterations}.raw")
     if rate:
@@ -144,9 +145,11 @@ def main() -> int:
     parser.add_argument("--variants", default="plain,otel_rl")
     parser.add_argument("--json")
     parser.add_argument("--keep", help="keep the runs' files (py-spy's raw stacks) here")
+    parser.add_argument("--before", metavar="DIR",
+                        help="also a variant 'before': otel_rl from DIR (git archive REV otel_rl)")
     args = parser.parse_args()
     lengths = [int(n) for n in args.iterations.split(",")]
-    variants = args.variants.split(",")
+    variants = args.variants.split(",") + (["before"] if args.before else [])
     runs = []
     with tempfile.TemporaryDirectory(prefix="otel-rl-profile-rllib-") as tmp:
         workdir = args.keep or tmp
@@ -155,12 +158,24 @@ def main() -> int:
             order = [(v, n) for n in lengths for v in variants]
             random.shuffle(order)
             for variant, n in order:
-                run = one_run(variant, n, args.rate, workdir)
+                run = one_run(variant, n, args.rate, workdir,
+                              args.before if variant == "before" else REPO)
                 runs.append(run)
                 print(render([run]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(runs, f, indent=1)
+    # Training CPU per process (RLlib's own processes), medians per (variant, length).
+    for n in lengths:
+        for variant in variants:
+            rows = [r["train_cpu_s"] for r in runs
+                    if r["variant"] == variant and r["iterations"] == n and r["train_cpu_s"]]
+            if rows:
+                parts = ", ".join(
+                    f"{k} {statistics.median(row[k] for row in rows):.3f}"
+                    f" ({min(row[k] for row in rows):.3f}-{max(row[k] for row in rows):.3f})"
+                    for k in rows[0])
+                print(f"{variant} {n} it, training CPU s: {parts}")
     # Per iteration vs fixed, medians per (variant, length).
     for variant in variants:
         med = {n: statistics.median(r["cpu_s"] for r in runs
