@@ -4,10 +4,12 @@
 
 Batches shaped like a Sample Factory rollout worker's 2-second flush (20 block names, one
 trace, one record in 500 with an extra), encoded and decoded by the relay as it was before
-issue 19 (`relay.py` at ``BEFORE``, read from git) and as it is now, interleaved in one process
-(7 rounds, medians of ``time.process_time``; the garbage collector on, collected before each
-loop). Checks: both decode every batch back to the records that went in, and each decodes the
-other's frames (the wire format did not change).
+issue 19 (`relay.py` at ``BEFORE``, read from git) and as it is now, with the compiled column
+writer (`_relaycols`, where built) and with the pure one (`relay_columns.pure`, what an install
+without a compiler runs), interleaved in one process (7 rounds, medians of
+``time.process_time``; the garbage collector on, collected before each loop). Checks: every
+variant decodes every batch back to the records that went in, each decodes the others' frames
+(the wire format did not change), and all write the same bytes.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any
 from _report import failed_checks_lines, finish, module_at_revision
 
 from otel_rl._internal import relay as relay_now
+from otel_rl._internal import relay_columns
 from otel_rl._internal.otlp.records import Batch
 
-#: The last revision before issue 19's work on the relay.
-BEFORE = "0c2e0b4"
+#: The relay before the column writers (`relay_columns`, issue 19's fifth round): its frame
+#: is the same as at ``0c2e0b4`` (before issue 19), whose `relay.py` no longer imports today.
+BEFORE = "b971630"
 HEADER = 5  # relay.FRAME_HEADER.size: (length, kind)
 
 
@@ -50,6 +54,20 @@ def make_batches(count: int, size: int) -> list[Batch]:
     return batches
 
 
+class _Writer:
+    """`relay` now with one column writer in use while it encodes (picked per batch of
+    thousands of records: a global assignment)."""
+
+    def __init__(self, compiled: bool) -> None:
+        self.compiled = compiled
+
+    def encode_columns(self, batch: Batch) -> bytes:
+        relay_columns.use(self.compiled)
+        return relay_now.encode_columns(batch)
+
+    decode_columns = staticmethod(relay_now.decode_columns)
+
+
 def per_record(fn: Any, items: list[Any], n: int) -> float:
     gc.collect()
     start = time.process_time()
@@ -67,7 +85,9 @@ def main() -> int:
     rounds, count, size = (2, 2, 500) if args.smoke else (5, 10, 5000) if args.quick else \
         (7, 20, 10000)
     before = module_at_revision(BEFORE, "otel_rl/_internal/relay.py", "relay_before")
-    variants = {"now": relay_now}
+    variants: dict[str, Any] = {"now": _Writer(True), "now_pure": _Writer(False)}
+    if relay_columns.compiled_module() is None:
+        del variants["now"]  # (not built here: the pure writer is what runs)
     if before is not None:
         variants["before"] = before
     batches = make_batches(count, size)
@@ -80,6 +100,10 @@ def main() -> int:
             again = [mod.decode_columns(f) for f in frames[other]]
             if [list(map(tuple, b.records)) for b in again] != [b.records for b in batches]:
                 checks[name].append(f"{name}: decoding {other}'s frames lost or changed records")
+    written = {frame for name in variants for frame in [b"".join(frames[name])]}
+    if len(written) != 1:
+        for name in variants:
+            checks[name].append("the variants wrote different bytes")
     times: dict[str, dict[str, list[float]]] = {
         name: {"encode": [], "decode": []} for name in variants}
     order = list(variants)
@@ -110,7 +134,9 @@ def render(results: dict[str, Any]) -> str:
              "| relay | encode (worker) | decode (parent) | both | × before | bytes/record |",
              "|---|---|---|---|---|---|"]
     base = s.get("before")
-    for name in ("before", "now"):
+    labels = {"now": "now, compiled writer (`_relaycols`)",
+              "now_pure": "now, pure writer (no compiler)"}
+    for name in ("before", "now", "now_pure"):
         if name not in s:
             continue
         row = s[name]
@@ -119,7 +145,7 @@ def render(results: dict[str, Any]) -> str:
                  if base else "")
         cells = [f"{row[k]['median']:.3f} ({row[k]['min']:.3f}–{row[k]['max']:.3f})"
                  for k in ("encode", "decode")]
-        label = f"before (`{results['before']}`)" if name == "before" else "now"
+        label = f"before (`{results['before']}`)" if name == "before" else labels[name]
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {both:.3f} | {ratio} | "
                      f"{row['bytes_per_record']:.1f} |")
     return "\n".join(lines)

@@ -216,3 +216,45 @@ def test_component_spans_follow_the_test_clock() -> None:
     assert len(steps) == 3 and all(s.parent_span_id == component.span_id for s in steps)
     assert component.start_ns < min(s.start_ns for s in steps)
     assert component.end_ns > max(s.end_ns for s in steps)
+
+
+def test_a_forked_child_never_switches_to_its_parents_components(tmp_path: Path) -> None:
+    """The switch's shortcut makes no pid check (it relies on the fork hooks: the child's
+    runtime is not its parent's, and its components are reset): a child forked from a thread
+    that has a component must time its blocks on its own stack, never on the parent's
+    component stack (nothing in the child drains it)."""
+    import os
+
+    from otel_rl._internal import recorder
+
+    otel_rl.configure(output_dir=str(tmp_path), spans="all", propagate=False)
+    result: list[bytes] = []
+
+    def worker() -> None:
+        timing = Timing("Learner 0 profile")
+        with timing.add_time("train"):
+            pass  # the component exists now, and the shortcut would find it
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report whether its block ran on the parent's component
+            try:
+                own = recorder.thread_stack()
+                with timing.add_time("train"):
+                    switched = recorder.active_stack() is not own
+                os.write(write, b"switched" if switched else b"own")
+            finally:
+                os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        result.append(os.read(read, 100))
+        os.close(read)
+
+    runner = Timing("Runner profile")
+    try:
+        with runner.timeit("main_loop"):
+            thread = threading.Thread(target=worker)
+            thread.start()
+            thread.join()
+    finally:
+        otel_rl.shutdown()
+    assert result == [b"own"]

@@ -57,7 +57,7 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     wheel, = (tmp_path / "dist").glob("otel_rl-*.whl")
     with tarfile.open(sdist) as tar:
         assert any(name.endswith("/LICENSE") for name in tar.getnames())
-        for source in ("_hotpath.c", "_metricsacc.c"):
+        for source in ("_hotpath.c", "_metricsacc.c", "_relaycols.c"):
             assert any(name.endswith(f"/otel_rl/_internal/{source}") for name in tar.getnames())
     with zipfile.ZipFile(wheel) as zf:
         metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith("/METADATA"))
@@ -65,9 +65,10 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
         assert "otel_rl/py.typed" in zf.namelist()
         assert "otel_rl/_internal/_hotpath.pyi" in zf.namelist()
         assert "otel_rl/_internal/_metricsacc.pyi" in zf.namelist()
+        assert "otel_rl/_internal/_relaycols.pyi" in zf.namelist()
         assert sorted(n for n in zf.namelist() if n.endswith(".so")) == [
             f"otel_rl/_internal/{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
-            for name in ("_hotpath", "_metricsacc")]
+            for name in ("_hotpath", "_metricsacc", "_relaycols")]
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert "License-File: LICENSE" in metadata.splitlines()
 

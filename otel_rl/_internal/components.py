@@ -124,9 +124,13 @@ def switch_to(name: str, unchanged: Any) -> Any:
     `unchanged` where the block stays on the thread's own stack (see `stack_for`).
 
     Runs at every top-level Timing block: a component made already is found with a few
-    lookups."""
-    rt = runtime.active()
-    if rt is not None and rt is _owner:
+    lookups. Its runtime is the components' `_owner` only in the process that adopted it
+    (`stack_for` checks the pid; in a forked child the fork hooks every started runtime
+    registers replace the runtime and reset `_owner`), so no ``os.getpid()`` system call is
+    made here (`runtime.active`: 0.34 µs of a 4.1 µs top-level Timing block, 0.17 s of a
+    real Sample Factory run)."""
+    rt = runtime.current()
+    if rt is not None and rt is _owner and not rt.closed:
         st = recorder.active_stack()
         if st is not None and st.component is None:
             comp = _stacks.get((st.tid, name))

@@ -42,7 +42,8 @@ class Mirror(Protocol):
 
 
 class _Account:
-    __slots__ = ("closed", "delivered", "detail", "index", "label", "lost", "offered", "sending")
+    __slots__ = ("closed", "delivered", "detail", "index", "label", "lost", "offered", "sending",
+                 "sending_at")
 
     def __init__(self, label: str, index: int) -> None:
         self.label = label
@@ -51,6 +52,9 @@ class _Account:
         self.delivered = 0
         #: Records of the request (or line) being sent now, not reported yet (`sending`).
         self.sending = 0
+        #: A file sink's line being written now: its byte range in the file and what was
+        #: delivered before it (a survivor looks at the file's size: `mainledger.count`).
+        self.sending_at = (0, 0, 0)
         self.lost: dict[str, int] = {}
         #: One line per reason (the last seen) for the person reading the exit line.
         self.detail: dict[str, str] = {}
@@ -130,13 +134,15 @@ class Ledger:
             account.lost[reason] = account.lost.get(reason, 0) + n
             account.detail[reason] = detail
 
-    def sending(self, name: str, n: int) -> None:
+    def sending(self, name: str, n: int, at: tuple[int, int] = (0, 0)) -> None:
         """`n` records are being sent to `name` now (a request, a line): until reported
-        delivered or lost, a survivor reading the mirror calls them unconfirmed."""
+        delivered or lost, a survivor reading the mirror calls them unconfirmed, unless `at`
+        (a line's byte range in a file) lets it look."""
         with self._lock:
             account = self._account(name)
             if not account.closed:
                 account.sending = n
+                account.sending_at = (*at, account.delivered)
                 if self.mirror is not None:
                     self.mirror.account(account)
 

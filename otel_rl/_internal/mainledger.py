@@ -12,7 +12,8 @@ When the main process ends without its shutdown (which removes both files), the 
 (`after_main`) reads them and computes, per sink, what the main process still held: its own
 records and the workers' records it had received, neither offered to the sink nor lost yet
 (its buffer, its open blocks, the relay's buffer), plus what sat in the sink's queue. That is
-lost ("killed main"); the request or line being written at that moment is "unconfirmed". So,
+lost ("killed main"); the request being sent at that moment is "unconfirmed" (a spans file's
+line being written is looked up in the file: there whole, delivered; else lost). So,
 per sink: recorded = delivered + lost + unconfirmed, exactly (with ``spans="auto"`` too: the
 windows' records left out for good and made up are mirrored, `Ledger.windowed`). It says so
 in one line and writes it into the run's timers.json (`otel_rl_ledger`, a note, ``complete:
@@ -59,12 +60,14 @@ _MAGIC = 0x6F746C6C65646731  # "otlledg1"
 #: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length, 4 left out and 5 made up
 #: by the windows (``spans="auto"``), 6 set when the workers' table below could not grow;
 #: 8.. upstream by reason;
-#: from 32, per sink: offered, delivered, sending, lost by reason (16 slots each).
+#: from 32, per sink: offered, delivered, sending, lost by reason (9), then a file sink's line
+#: being written: its first and end byte and what was delivered before it (16 slots each).
 _UPSTREAM = 8
 _SINKS = 32
 _PER_SINK = 16
 _MAX_SINKS = 14
 _INCOMPLETE = 6
+_AT = 3 + len(REASONS)
 _ALL = 2 ** 64 - 1
 _HEADER_AT = 4096  # bytes: the JSON header (sink names and labels, output folder, ...)
 #: From byte 8192 to the end of the file: (worker pid, records received from it) pairs, in the
@@ -141,6 +144,8 @@ class Mirror:
             return
         slots = self._slots
         base = _SINKS + _PER_SINK * account.index
+        if account.sending:  # (before the count it qualifies: the process may die between)
+            slots[base + _AT:base + _AT + 3] = account.sending_at
         slots[base] = account.offered
         slots[base + 1] = account.delivered
         slots[base + 2] = account.sending
@@ -230,6 +235,13 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
         unconfirmed = lost.pop(UNCONFIRMED, 0)
         pending = max(0, offered - delivered - sum(lost.values()) - unconfirmed)
         flying = min(sending, pending)  # being written when it died: it may have arrived
+        if flying and name == "file":
+            line = _written(label, header, slots[base + _AT:base + _AT + 3], delivered)
+            if line is not None:  # a file says whether the line is in it
+                if line:
+                    delivered += flying
+                    pending -= flying
+                flying = 0
         held = (max(0, made + taken + made_up - offered - inside - left_out)
                 if made is not None else 0)
         for reason, n in upstream.items():
@@ -247,6 +259,26 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
     if made_up:  # (records, not blocks: what was lost or unconfirmed holds some of them)
         summary["made_up"] = made_up
     return summary
+
+
+def _written(label: str, header: dict[str, Any], at: list[int], delivered: int) -> bool | None:
+    """Whether the file sink's line being written when the process died is in the file
+    (`at`: its first and end byte, and what was delivered before it; None: cannot tell). A
+    torn line is cut off, as the sink does when a write fails."""
+    start, end, before = at
+    if end <= start or before != delivered:
+        return None  # (not a line of this count: the process died after counting it)
+    folder = header.get("output_dir")
+    path = label if os.path.isabs(label) or not isinstance(folder, str) \
+        else os.path.join(folder, os.path.basename(label))
+    try:
+        size = os.stat(path).st_size
+        if start < size < end:
+            os.truncate(path, start)
+            size = start
+    except OSError:
+        return None
+    return size >= end
 
 
 def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None) -> str | None:

@@ -19,11 +19,12 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_rl._internal import jsonout, log
+from otel_rl._internal import jsonout, log, relay_columns
 from otel_rl._internal.aggregates import loads_deep
 from otel_rl._internal.node import json_default
 from otel_rl._internal.otlp.records import Batch, Columns
 from otel_rl._internal.otlp.rows import Rows
+from otel_rl._internal.record import EXTRA
 from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.threads import start_daemon, stopping
 from otel_rl._internal.wholerun import Snapshot, received
@@ -48,24 +49,20 @@ def encode_frame(kind: int, payload: Snapshot) -> bytes:
 def encode_columns(batch: Batch) -> bytes:
     """A batch as a frame of typed columns (array bytes) plus a small JSON header for the
     names, trace ids, rare extras and the resource: about 4x cheaper than JSON records, and
-    still nothing that runs code when read."""
+    still nothing that runs code when read. The columns are written by `relay_columns`
+    (compiled where built: a worker pays this step per record it relays)."""
     records = batch.records
-    sids, psids, names, starts, ends, tids, traces, extras = zip(*records, strict=True)
-    name_ix: dict[str, int] = {}
-    trace_ix: dict[int, int] = {}
-    columns = (
-        array("Q", sids), array("Q", psids),
-        array("I", [name_ix.setdefault(n, len(name_ix)) for n in names]),
-        array("q", starts), array("q", ends), array("Q", tids),
-        array("I", [trace_ix.setdefault(t, len(trace_ix)) for t in traces]),
-    )
+    if records:
+        columns, names, traces, positions = relay_columns.write(records)
+    else:  # (what `zip` of no records gave: no columns at all)
+        columns, names, traces, positions = b"", [], [], []
     header = json.dumps({
         "resource": dict(batch.resource), "offset_ns": batch.offset_ns,
         "threads": {str(k): v for k, v in batch.thread_names.items()}, "n": len(records),
-        "names": list(name_ix), "traces": [f"{t:x}" for t in trace_ix],
-        "extras": {str(i): e for i, e in enumerate(extras) if e is not None},
+        "names": names, "traces": [f"{t:x}" for t in traces],
+        "extras": {str(i): records[i][EXTRA] for i in positions},
     }, separators=(",", ":")).encode("utf-8")
-    body = b"".join([_LEN.pack(len(header)), header, *(c.tobytes() for c in columns)])
+    body = b"".join([_LEN.pack(len(header)), header, columns])
     return FRAME_HEADER.pack(len(body), KIND_COLUMNS) + body
 
 

@@ -37,6 +37,7 @@ from otel_rl._internal import (
     places,
     procstate,
     recorder,
+    relay_columns,
     semconv,
     threads,
     wholerun,
@@ -697,6 +698,7 @@ def configure(settings: Mapping[str, object]) -> Runtime:
     """Turn otel_rl on with `settings` (see `otel_rl.configure`); returns the new runtime."""
     resolved = resolve(settings)
     recorder.use_accelerator(resolved.accelerator)
+    relay_columns.use(resolved.accelerator)  # the relay's column writer, likewise
     with _lock:
         rt = _rt
         inherited = None

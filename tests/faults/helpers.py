@@ -96,3 +96,10 @@ def shutdown_time(stderr: str) -> str:
         if line.startswith("workload: shutdown took"):
             return line.removeprefix("workload: ")
     return "shutdown time not printed"
+
+
+def say_ready(path: str, text: str) -> None:
+    """Write `text` to `path` in one step (a test waiting for the file reads it whole)."""
+    with open(f"{path}.tmp", "w") as f:
+        f.write(text)
+    os.replace(f"{path}.tmp", path)

@@ -15,6 +15,7 @@ import time
 
 import otel_rl
 from otel_rl.timers import hierarchical_timer
+from tests.faults.helpers import say_ready
 
 BEFORE, AFTER = 3, 2
 
@@ -43,10 +44,8 @@ def main() -> None:
         time.sleep(0.05)
     time.sleep(1.0)  # the relay reads what the workers sent
     otel_rl.force_flush()
-    with open(f"{ready}.pids", "w") as f:
-        f.write(" ".join(str(p.pid) for p in procs))
-    with open(ready, "w") as f:
-        f.write(str(os.getpid()))
+    say_ready(f"{ready}.pids", " ".join(str(p.pid) for p in procs))
+    say_ready(ready, str(os.getpid()))
     time.sleep(120)
 
 

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import otel_rl
 from otel_rl.timers import hierarchical_timer
+from tests.faults.helpers import say_ready
 
 
 class HangsOnSecond(SpanExporter):
@@ -34,8 +35,7 @@ class HangsOnSecond(SpanExporter):
             f.write(f"{len(spans)}\n")
         if self.calls == 1:
             return SpanExportResult.SUCCESS
-        with open(self.ready, "w") as f:
-            f.write(str(os.getpid()))
+        say_ready(self.ready, str(os.getpid()))
         threading.Event().wait()  # (the answer never comes)
         return SpanExportResult.FAILURE
 

@@ -144,8 +144,8 @@ def test_sigkill_of_the_main_process_is_counted_by_the_launcher(tmp_path: Path,
         assert ("killed worker" in sink["lost"]) == (mode == "group")
     main_file = out / "spans.otlp.jsonl"
     in_main_file = file_spans(main_file) if main_file.exists() else []
-    # The file: every line written was counted delivered (the last one may be torn: then
-    # it is the unconfirmed one).
+    # The file: every line written was counted delivered (one written when it died too: the
+    # launcher looks at the file; a torn one it cuts off, lost).
     orphans = sum(blocks(file_spans(p)) for p in out.glob("spans.*.otlp.jsonl"))
     file_lost = sum(file["lost"].values())
     assert file["delivered"] == len(in_main_file)

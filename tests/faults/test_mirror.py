@@ -8,6 +8,8 @@ import os
 import uuid
 from pathlib import Path
 
+import pytest
+
 from otel_rl._internal import mainledger, tallyfile
 from otel_rl._internal.ledger import Ledger
 
@@ -61,3 +63,69 @@ def test_the_launcher_waits_for_workers_dying_with_the_main_and_for_orphans_to_t
         orphan.kill()
         orphan.wait()
         dying.wait()
+
+
+_KILLED_IN_A_WRITE = """
+import os, signal, sys
+os.environ.update(OTEL_RL_SURVIVOR="1", OTEL_RL_ZEROCODE_MAIN=f"pid:{os.getpid()}",
+                  OTEL_RL_RUN_ID=sys.argv[2])
+import otel_rl
+from otel_rl._internal.sinks import file as file_sink
+from otel_rl.timers import hierarchical_timer
+
+write, torn = file_sink.FileSink._write_line, sys.argv[3] == "torn"
+
+def write_then_die(self, line):
+    if b'"name":"last"' not in line:
+        return write(self, line)
+    if torn:  # half the line on disk
+        os.write(self._fd, line[:len(line) // 2])
+    else:
+        write(self, line)
+    os.kill(os.getpid(), signal.SIGKILL)  # before the line is counted
+
+file_sink.FileSink._write_line = write_then_die
+otel_rl.configure(output_dir=sys.argv[1], spans="all", flush_interval=60)
+for _ in range(50):
+    with hierarchical_timer("step"):
+        pass
+otel_rl.force_flush()
+for _ in range(30):
+    with hierarchical_timer("last"):
+        pass
+otel_rl.force_flush()
+"""
+
+
+@pytest.mark.parametrize("line", ["whole", "torn"])
+def test_a_line_the_main_process_wrote_before_it_was_killed_is_read_from_the_file(
+        tmp_path: Path, line: str) -> None:
+    """SIGKILLed between writing a line of its spans file and counting it: the survivor
+    looks at the file. A whole line is delivered (it is there to read); a torn one is cut
+    off and lost. Either way no "unconfirmed" is left for the file, and what the file holds
+    is what the ledger says was delivered."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from tests.faults.helpers import ROOT, env, file_spans
+
+    out, run_id = tmp_path / "out", f"line-{uuid.uuid4().hex[:8]}"
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_IN_A_WRITE, str(out), run_id, line],
+                             cwd=ROOT, env=env(), stderr=subprocess.PIPE, text=True)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL, stderr
+    try:
+        said = mainledger.after_main(child.pid, run_id, child.returncode, str(out))
+    finally:
+        tallyfile.remove_run(run_id)
+    assert said is not None and "[exact" in said, said
+    book = json.loads(json.loads((out / "timers.json").read_text())["metadata"][
+        mainledger.LEDGER_KEY])
+    file = book["sinks"]["file"]
+    spans = file_spans(out / "spans.otlp.jsonl")  # (it fails on a torn line)
+    assert "unconfirmed" not in file
+    assert file["recorded"] == 80 and file["delivered"] == len(spans)
+    assert len(spans) == (80 if line == "whole" else 50)
+    assert sum(file["lost"].values()) == (0 if line == "whole" else 30)

@@ -20,6 +20,7 @@ import time
 
 import otel_rl
 from otel_rl.timers import hierarchical_timer
+from tests.faults.helpers import say_ready
 
 WORKERS = 2
 THREADS = 4
@@ -124,10 +125,8 @@ def main() -> None:
             for t in pool:
                 t.join()
         if args.ready:
-            with open(f"{args.ready}.main", "w") as f:
-                f.write(str(os.getpid()))
-            with open(args.ready, "w") as f:
-                f.write(" ".join(str(p.pid) for p in procs))
+            say_ready(f"{args.ready}.main", str(os.getpid()))
+            say_ready(args.ready, " ".join(str(p.pid) for p in procs))
         for p in procs:
             p.join()
     started = time.monotonic()

@@ -67,9 +67,10 @@ class Stats:
             self.exported[sink] = self.exported.get(sink, 0) + n
         self.ledger.delivered(sink, n)
 
-    def sending(self, sink: str, n: int) -> None:
-        """`n` spans are being written to `sink` now (see `Ledger.sending`)."""
-        self.ledger.sending(sink, n)
+    def sending(self, sink: str, n: int, at: tuple[int, int] = (0, 0)) -> None:
+        """`n` spans are being written to `sink` now (at bytes `at` of a file; see
+        `Ledger.sending`)."""
+        self.ledger.sending(sink, n, at)
 
     def add_dropped(self, reason: str, n: int, sink: str | None = None,
                     detail: str = "") -> None:

@@ -56,7 +56,7 @@ class FileSink(Sink):
                 line = (self._encoder.request_line(request) + "\n").encode("utf-8")
                 self._check_room(len(line))
                 spans = span_count(request)
-                self._stats.sending(self.name, spans)
+                self._stats.sending(self.name, spans, (self._size, self._size + len(line)))
                 self._write_line(line)
                 written += spans
                 self._stats.add_exported(self.name, spans)  # per line: exact if killed
