@@ -55,3 +55,55 @@ def test_an_rllib_module_of_another_shape_is_left_alone_with_one_warning(caplog:
         "without it"]
     assert vars(module).keys() == {"__name__", "__doc__", "__package__", "__loader__",
                                    "__spec__"}
+
+
+def _logger_module(with_set_key: bool) -> types.ModuleType:
+    """A stand-in for RLlib's metrics_logger module: a logger storing stats objects by key."""
+
+    class Stats:
+        pass
+
+    class MetricsLogger:
+        def __init__(self) -> None:
+            self.stats: dict[Any, Stats] = {}
+
+        def log_time(self, key: Any, **kwargs: Any) -> Stats:
+            if key not in self.stats:
+                if with_set_key:
+                    self._set_key(key, Stats())
+                else:
+                    self.stats[key] = Stats()
+            return self.stats[key]
+
+        if with_set_key:
+            def _set_key(self, flat_key: Any, stats: Stats) -> None:
+                self.stats[flat_key] = stats
+
+    module = types.ModuleType("ray.rllib.utils.metrics.metrics_logger")
+    module.MetricsLogger = MetricsLogger  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_stats_object_is_named_once_when_the_logger_stores_it() -> None:
+    from otel_rl._internal import rllib
+
+    module = _logger_module(with_set_key=True)
+    log_time = module.MetricsLogger.log_time
+    rllib.PATCHES["ray.rllib.utils.metrics.metrics_logger"](module)
+    assert module.MetricsLogger.log_time is log_time  # no wrapper per timed block
+    logger = module.MetricsLogger()
+    stats = logger.log_time(("env_to_module_connector", "timers", "connectors", "add_states"))
+    assert stats.__dict__[rllib._NAME] == "env_to_module_connector.connectors.add_states"
+    logger._set_key(("learners", "timers", "update"), stats)  # stored again: keeps its name
+    assert stats.__dict__[rllib._NAME] == "env_to_module_connector.connectors.add_states"
+
+
+def test_without_set_key_log_time_names_the_stats_object() -> None:
+    from otel_rl._internal import rllib
+
+    module = _logger_module(with_set_key=False)
+    log_time = module.MetricsLogger.log_time
+    rllib.PATCHES["ray.rllib.utils.metrics.metrics_logger"](module)
+    assert module.MetricsLogger.log_time is not log_time
+    stats = module.MetricsLogger().log_time(("timers", "training_iteration"))
+    assert stats.__dict__[rllib._NAME] == "training_iteration"

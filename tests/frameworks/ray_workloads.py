@@ -93,6 +93,22 @@ def hook_ran() -> str | None:
     return os.environ.get("USERS_OWN_HOOK")
 
 
+#: Ray's setting otel_rl gives the raylet a run's local ``ray.init`` starts (no idle
+#: workers prestarted without the job's runtime_env).
+PRESTART = "RAY_prestart_worker_first_driver"
+
+
+def raylet_env(name: str) -> str | None:
+    """The variable `name` in the environment of this session's raylet."""
+    from ray._private import ray_constants
+
+    node = ray._private.worker._global_node
+    process = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
+    with open(f"/proc/{process.pid}/environ", "rb") as f:
+        pairs = [entry.split(b"=", 1) for entry in f.read().split(b"\0") if b"=" in entry]
+    return {k.decode(): v.decode() for k, v in pairs}.get(name)
+
+
 def calls(out: str, address: str | None) -> None:
     """Every kind of call, each from its own block; the issue's scenario (2 actors x 3 calls x
     20 blocks, a task called 3 times) included. The program has a setup hook of its own."""
@@ -111,6 +127,9 @@ def calls(out: str, address: str | None) -> None:
     else:
         ray.init(num_cpus=2, runtime_env=env, **RAY_INIT)
     facts: dict[str, Any] = {}
+    if not address:  # the raylet this ray.init started, and what ray.init left behind
+        facts["raylet_prestart"] = raylet_env(PRESTART)
+        facts["prestart_left"] = os.environ.get(PRESTART)
     with timer("iteration"):
         with timer("make"):
             sims = [Sim.remote() for _ in range(2)]

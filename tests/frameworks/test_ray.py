@@ -111,6 +111,9 @@ def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
     assert facts["threads"] == 2 and facts["waited"] == 1
     assert facts["hook"] == "ran"  # the program's own worker_process_setup_hook still runs
     assert facts["names"] == ["task_name", "mine"]  # Ray's task names, without the carrier
+    # The raylet ray.init started prestarts no workers (none could run the job's calls), and
+    # the program's environment is as it was.
+    assert facts["raylet_prestart"] == "0" and facts["prestart_left"] is None
     tree = load(out / "timers.json")
     _check_calls_tree(tree)
     roles: dict[str, set[int]] = {}

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from otel_rl._internal import log, runtime
@@ -113,7 +115,8 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:
             rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
             driver = None
-        with runtime.no_context_for_programs():  # raylet's workers join by the job's hook
+        # raylet's workers join by the job's hook; no idle workers prestarted without it
+        with runtime.no_context_for_programs(), _no_prestart(driver is not None):
             try:
                 result = original(*args, **kwargs)
             except Exception as exc:
@@ -138,11 +141,29 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
     return init
 
 
+#: Ray's setting (read by the raylet a local ``ray.init`` starts, from its environment) that
+#: prestarts one worker per CPU when the first driver connects. Those workers have no
+#: runtime_env, so a job with the run's setup hook never leases them: each costs ~0.4 s of
+#: CPU to start and sits idle until Ray ends it. Set to 0 for that ``ray.init`` only, unless
+#: the program set it.
+PRESTART_ENV = "RAY_prestart_worker_first_driver"
+
+
+@contextlib.contextmanager
+def _no_prestart(hooked: bool) -> Iterator[None]:
+    if not hooked or PRESTART_ENV in os.environ:
+        yield
+        return
+    os.environ[PRESTART_ENV] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(PRESTART_ENV, None)
+
+
 def _is_client_address(address: object) -> bool:
     """Whether ``ray.init(address)`` connects through Ray Client (``ray://``, given or in
     ``RAY_ADDRESS``)."""
-    import os
-
     if address is None or address == "auto":
         address = os.environ.get("RAY_ADDRESS")
     return isinstance(address, str) and address.startswith("ray://")

@@ -1,0 +1,131 @@
+"""What the ``.remote()`` submission gap is made of: one piece added at a time.
+
+Run with the Ray venv's Python (``scripts/setup-frameworks.sh ray``):
+``python benchmarks/bench_ray_submit.py [--rounds 10] [--calls 2000] [--json FILE]``.
+
+One driver, otel_rl configured (``spans="all"``, files into a temporary folder), a local
+Ray with 2 CPUs, inside a timed block. For a no-op task without an argument (``f.remote()``)
+and with one (``g.remote(1)``), batches of ``--calls`` submissions are timed in the
+submitting thread's CPU (``time.thread_time``; the results are fetched outside the timing),
+each variant once per round, A-B-...-B-A (the order reversed every other round):
+
+- ``off``: Ray's own ``RemoteFunction._remote`` (otel_rl's submit patches taken out);
+- ``wrapper``: otel_rl's submit wrapper, the call carrying nothing (no open block's
+  carrier: the cost of the wrapping function and its checks);
+- ``name``: Ray's own ``_remote`` given a task name as long as the carrier's, made once (what
+  the longer name costs Ray: its options handling and the task spec's serialization);
+- ``on``: otel_rl's submit wrapper, the call carrying the caller's context.
+
+Reported: µs per call over the round's calls (median of rounds), the per-round difference to
+``off`` with a 95 % bootstrap interval of its median (`_stats`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import ray
+import ray.remote_function
+from _stats import fmt_ci
+
+import otel_rl
+from otel_rl.timers import hierarchical_timer as timer
+
+
+@ray.remote
+def noop() -> None:
+    return None
+
+
+@ray.remote
+def one(x: int) -> None:
+    return None
+
+
+VARIANTS = ("off", "wrapper", "name", "on")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    out = tempfile.mkdtemp(prefix="bench-ray-submit-")
+    otel_rl.configure(spans="all", output_dir=out)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from otel_rl._internal.ray_support import calls as ray_calls
+
+    owner = ray.remote_function.RemoteFunction  # type: ignore[attr-defined]
+    patched, original = owner._remote, ray_calls._original["task"]
+    with timer("bench"):
+        carrier = ray_calls.carrier_for_call()
+        assert carrier is not None, "otel_rl does not propagate here"
+        long_name = f"noop{ray_calls.MARK}{carrier}"
+
+        def named(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+            options["name"] = long_name
+            return original(self, args, kwargs, **options)
+
+        def empty() -> None:
+            ray_calls._made.internal = 1  # `calls.internal`: the wrapper finds no carrier
+
+        def full() -> None:
+            ray_calls._made.internal = 0
+
+        setups = {"off": (original, full), "wrapper": (patched, empty),
+                  "name": (named, full), "on": (patched, full)}
+        results: dict[str, list[float]] = {f"{t} {v}": [] for t in ("f", "g")
+                                           for v in VARIANTS}
+        for target in (noop, one):  # warm-up: workers started, functions exported
+            ray.get([target.remote(1) if target is one else target.remote()
+                     for _ in range(200)])
+        for r in range(args.rounds):
+            for name, target in (("f", noop), ("g", one)):
+                order = list(VARIANTS) + list(reversed(VARIANTS))
+                if r % 2:
+                    order.reverse()
+                per: dict[str, list[float]] = {v: [] for v in VARIANTS}
+                for variant in order:
+                    function, setup = setups[variant]
+                    owner._remote = function
+                    setup()
+                    half = args.calls // 2
+                    start = time.thread_time()
+                    if target is one:
+                        refs = [target.remote(1) for _ in range(half)]
+                    else:
+                        refs = [target.remote() for _ in range(half)]
+                    per[variant].append((time.thread_time() - start) / half * 1e6)
+                    owner._remote = patched
+                    full()
+                    ray.get(refs)
+                for variant in VARIANTS:
+                    results[f"{name} {variant}"].append(sum(per[variant]) / 2)
+    ray.shutdown()
+    otel_rl.shutdown()
+    lines = ["| call | variant | thread CPU µs per call | added µs vs off [95 % CI] |",
+             "|---|---|---|---|"]
+    for name, label in (("f", "`f.remote()`"), ("g", "`g.remote(1)`")):
+        off = results[f"{name} off"]
+        for variant in VARIANTS:
+            values = results[f"{name} {variant}"]
+            added = [a - b for a, b in zip(values, off, strict=True)]
+            lines.append(f"| {label} | {variant} | {statistics.median(values):.2f} | "
+                         f"{fmt_ci(added, 2) if variant != 'off' else ''} |")
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rounds": args.rounds, "calls": args.calls, "results": results}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
