@@ -10,19 +10,20 @@ switches; `describe` says which path is in use and why (``otel-rl --version``).
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 from otel_rl._internal import config
 
 
-def compiled() -> ModuleType | None:
-    """The compiled module, or None where it was not built (or does not load)."""
+def compiled(name: str = "_hotpath") -> ModuleType | None:
+    """The compiled module `name` (the hot path's by default; ``_metricsacc``,
+    ``_relaycols``), or None where it was not built (or does not load)."""
     try:
-        from otel_rl._internal import _hotpath
+        return importlib.import_module(f"otel_rl._internal.{name}")
     except ImportError:
         return None
-    return _hotpath
 
 
 def wanted() -> bool:

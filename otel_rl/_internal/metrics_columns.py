@@ -23,6 +23,7 @@ from itertools import compress
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from otel_rl._internal import accel
 from otel_rl._internal.record import (
     END,
     EXTRA,
@@ -51,11 +52,7 @@ _SID, _PSID, _NAME, _START, _END, _TID, _EXTRA = (
 
 def compiled_module() -> ModuleType | None:
     """``_metricsacc``, or None where it was not built (or does not load)."""
-    try:
-        from otel_rl._internal import _metricsacc
-    except ImportError:
-        return None
-    return _metricsacc
+    return accel.compiled("_metricsacc")
 
 
 class Reader:

@@ -30,11 +30,7 @@ Columns = tuple[bytes, list[Any], list[int], list[int]]
 
 def compiled_module() -> ModuleType | None:
     """``_relaycols``, or None where it was not built (or does not load)."""
-    try:
-        from otel_rl._internal import _relaycols
-    except ImportError:
-        return None
-    return _relaycols
+    return accel.compiled("_relaycols")
 
 
 def pure(records: Sequence[Any]) -> Columns:
