@@ -53,8 +53,9 @@ COMPONENTS = (
     ("timing.py", "Timing bookkeeping (replaces SF's own)"),
     ("timers.py", "hot path (recorder)"),
     ("_internal/relay.py", "relay encode/decode"),
+    ("_internal/relay_columns.py", "relay encode/decode"),
     ("_internal/ray_support", "relay encode/decode"),
-    ("_internal/windows.py", "windows"),
+    ("_internal/windows", "windows"),
     ("_internal/otlp/", "OTLP encoding"),
     ("_internal/sinks/file.py", "files"),
     ("_internal/jsonout.py", "files"),
@@ -69,6 +70,7 @@ COMPONENTS = (
     ("_internal/ledger", "flush"),
     ("_internal/metrics", "metrics"),
     ("_internal/cli", "CLI (otel-rl run, report)"),
+    ("_internal/readers", "CLI (otel-rl run, report)"),
     ("renderers", "CLI (otel-rl run, report)"),
     ("", "other otel_rl (start-up, threads, runtime)"),
 )
