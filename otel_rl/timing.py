@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
+from otel_rl._internal import accel, recorder
 from otel_rl._internal.recorder import set_active_stack
 from otel_rl.timers import hierarchical_timer
 
@@ -402,6 +403,53 @@ class Timing(AttrDict):
 
     def __str__(self) -> str:
         return self.tree_str()
+
+
+#: The methods `_timingacc.c` compiles, in the order its ``install`` takes them: the class
+#: each lives on, its name and the pure function.
+_PURE: list[tuple[type, str, Any]] = [
+    (cls, name, cls.__dict__[name])
+    for cls, name in (
+        (AttrDict, "__getattribute__"),
+        (Timing, "timeit"),
+        (Timing, "add_time"),
+        (Timing, "time_avg"),
+        (TimingContext, "__init__"),
+        (TimingContext, "__enter__"),
+        (TimingContext, "__exit__"),
+    )
+]
+_compiled = False
+
+
+def _use_accelerator(on: bool) -> bool:
+    """Run Timing's common path compiled (`otel_rl/_internal/_timingacc.c`, the same results)
+    when `on` and it is built, else the pure Python above; whether the compiled one is in use.
+    Follows the ``accelerator`` setting (`recorder.use_accelerator` calls it); safe between
+    blocks and while some are open: both paths keep the same slots."""
+    global _compiled
+    module = accel.compiled("_timingacc") if on else None
+    compiled: dict[Any, Any] = {}
+    if module is not None:
+        try:
+            compiled = module.install(AttrDict, Timing, TimingContext, globals(),
+                                      *(pure for _, _, pure in _PURE))
+        except Exception as exc:  # a build that does not fit this module: stay pure
+            _logger.warning("otel_rl: the compiled Timing does not load (%s: %s); Timing runs "
+                            "pure Python", type(exc).__name__, exc)
+    for cls, name, pure in _PURE:
+        setattr(cls, name, compiled.get(pure, pure))
+    _compiled = bool(compiled)
+    return _compiled
+
+
+def accelerated() -> bool:
+    """Whether Timing's blocks run the compiled path."""
+    return _compiled
+
+
+recorder.accelerator_hooks.append(_use_accelerator)
+_use_accelerator(recorder.accelerator_on())
 
 
 def init_global_profiler(t: Timing) -> None:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The compiled modules: the hot path, the metrics' column reader (issue 18), the relay's
 #: column writer (issue 19).
 SOURCES = [ROOT / "otel_rl" / "_internal" / name
-           for name in ("_hotpath.c", "_metricsacc.c", "_relaycols.c")]
+           for name in ("_hotpath.c", "_metricsacc.c", "_relaycols.c", "_timingacc.c")]
 SOURCE = SOURCES[0]
 
 

@@ -497,6 +497,7 @@ class _State(TypedDict, total=False):
     _registry_lock: threading.Lock
     _next_slot: int
     _generation: int
+    _accelerator_on: bool
 
 
 def _assign(**values: Unpack[_State]) -> None:
@@ -667,6 +668,17 @@ def _swap_enter(enter: Callable[[hierarchical_timer], TimerNode]) -> None:
     _assign(_plain_enter=enter)
 
 
+#: Called with the setting after every `use_accelerator` (`otel_rl.timing` switches its
+#: compiled methods with it); `_accelerator_on` is the last setting.
+accelerator_hooks: list[Callable[[bool], object]] = []
+_accelerator_on = False
+
+
+def accelerator_on() -> bool:
+    """The last `use_accelerator` setting (whether compiled code is wanted)."""
+    return _accelerator_on
+
+
 #: The compiled hot path's `__init__`, `__enter__`, `__exit__` and `_tallied_enter`, by the
 #: pure functions they stand for (`accel`); empty on the pure path.
 _compiled: dict[Any, Any] = {}
@@ -686,6 +698,9 @@ def use_accelerator(on: bool) -> bool:
     if not gpu_init:
         hierarchical_timer.__init__ = _compiled.get(_plain_init, _plain_init)  # type: ignore[method-assign]
     _swap_enter(_tallied_enter if tallied else _untallied_enter)
+    _assign(_accelerator_on=on)
+    for hook in accelerator_hooks:
+        hook(on)
     return bool(_compiled)
 
 
