@@ -19,6 +19,7 @@ import os
 import pickle
 import random
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -385,3 +386,23 @@ def test_switching_paths_while_blocks_are_open(both_paths: None) -> None:
     assert dict.__getitem__(t, "_open_contexts_stack") == [dict.__getitem__(t, "_root_context")]
     assert t.tree_str().splitlines()[1:] == [f"outer: {t['outer']:.4f}",
                                              f"  inner: {t['inner']:.4f}"]
+
+
+def test_the_real_clock_gives_times_within_time_time_readings(both_paths: None) -> None:
+    """The compiled path reads ``time.time`` natively while it is the real one."""
+    assert ot.time.time is time.time
+    for compiled in (True, False):
+        assert ot._use_accelerator(compiled) is compiled
+        t = ot.Timing("real")
+        before = time.time()
+        with t.add_time("outer"):
+            for _ in range(50):
+                with t.timeit("inner"):
+                    sum(range(100))
+            with t.time_avg("avg", 3):
+                pass
+        after = time.time()
+        assert ot.EPS <= t["inner"] <= t["outer"] <= after - before
+        assert ot.EPS <= t["avg"].values[0] <= after - before
+        assert t.tree_str().splitlines()[1:] == [f"outer: {t['outer']:.4f}",
+                                                 f"  inner: {t['inner']:.4f}, avg: {t['avg']}"]

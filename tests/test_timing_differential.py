@@ -22,13 +22,14 @@ import textwrap
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import otel_rl.timing as ot
+from otel_rl._internal import accel, recorder
 
 pytest.importorskip("sample_factory")
 
@@ -83,6 +84,17 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(time, "time", fake)
     return fake
+
+
+@pytest.fixture(autouse=True, params=["compiled", "pure"])
+def timing_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every comparison runs with otel_rl's compiled Timing (`_timingacc.c`) and pure."""
+    compiled = request.param == "compiled"
+    if compiled and accel.compiled("_timingacc") is None and not os.environ.get("CI"):
+        pytest.skip("the compiled Timing is not built here (python scripts/build_accel.py)")
+    assert ot._use_accelerator(compiled) is compiled
+    yield str(request.param)
+    ot._use_accelerator(recorder.accelerator_on())
 
 
 @pytest.fixture(params=["bridge_on", "bridge_off"])
