@@ -57,7 +57,7 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     wheel, = (tmp_path / "dist").glob("otel_rl-*.whl")
     with tarfile.open(sdist) as tar:
         assert any(name.endswith("/LICENSE") for name in tar.getnames())
-        for source in ("_hotpath.c", "_metricsacc.c", "_relaycols.c"):
+        for source in ("_hotpath.c", "_metricsacc.c", "_relaycols.c", "_timingacc.c"):
             assert any(name.endswith(f"/otel_rl/_internal/{source}") for name in tar.getnames())
     with zipfile.ZipFile(wheel) as zf:
         metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith("/METADATA"))
@@ -66,9 +66,10 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
         assert "otel_rl/_internal/_hotpath.pyi" in zf.namelist()
         assert "otel_rl/_internal/_metricsacc.pyi" in zf.namelist()
         assert "otel_rl/_internal/_relaycols.pyi" in zf.namelist()
+        assert "otel_rl/_internal/_timingacc.pyi" in zf.namelist()
         assert sorted(n for n in zf.namelist() if n.endswith(".so")) == [
             f"otel_rl/_internal/{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
-            for name in ("_hotpath", "_metricsacc", "_relaycols")]
+            for name in ("_hotpath", "_metricsacc", "_relaycols", "_timingacc")]
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert "License-File: LICENSE" in metadata.splitlines()
 
@@ -83,6 +84,9 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     reader = _run(python, "-c", "from otel_rl._internal import metrics_columns as m; "
                   "print(m.reader().compiled, m.COMPILED.__class__.__name__)", cwd=tmp_path)
     assert reader.split() == ["True", "_Compiled"]
+    # And the compiled Timing.
+    timing = _run(python, "-c", "import otel_rl.timing as t; print(t.accelerated())", cwd=tmp_path)
+    assert timing.strip() == "True"
     usage = _run(venv / "bin" / "otel-rl", "--help", cwd=tmp_path)
     assert usage.startswith("usage: otel-rl") and "demo" in usage
     version = _run(venv / "bin" / "otel-rl", "--version", cwd=tmp_path)
