@@ -89,23 +89,73 @@ call_pure(PyObject *pure, PyObject *self, PyObject *const *args, Py_ssize_t narg
     return PyObject_Vectorcall(pure, stack, (size_t)(nargs + 1), kwnames);
 }
 
+/* The globals read at every block, cached while timing.py's namespace and the time module's
+ * are unchanged (borrowed from them): any change to either (a patched `time.time`, a swapped
+ * `_block_factory`) drops the whole cache. Python 3.12+ says so through a dict watcher;
+ * before, the dicts' version tags (PEP 509) change with every change. */
+enum { G_FACTORY, G_TIME, G_EPS, G_NO_SWAP, N_CACHED };
+static PyObject **cached_keys[N_CACHED] = {&s_block_factory, &s_time, &s_EPS, &s_NO_SWAP};
+static PyObject *cached[N_CACHED];
+static PyObject *cached_time_fn;  /* the time module's `time` while the global is that module */
+static PyObject *time_dict;       /* the time module's namespace */
+static int cache_valid;
+#if PY_VERSION_HEX >= 0x030C0000
+static int watcher_id = -1;
+
+static int
+namespace_changed(PyDict_WatchEvent Py_UNUSED(event), PyObject *Py_UNUSED(dict),
+                  PyObject *Py_UNUSED(key), PyObject *Py_UNUSED(new_value))
+{
+    cache_valid = 0;
+    return 0;
+}
+#else
+static uint64_t ns_version, time_version;
+#endif
+
+/* A timing.py global read at every block, borrowed (NameError like the pure code if gone). */
+static PyObject *
+hot(int which)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (((PyDictObject *)ns)->ma_version_tag != ns_version ||
+        ((PyDictObject *)time_dict)->ma_version_tag != time_version)
+        cache_valid = 0;
+#endif
+    if (!cache_valid) {
+        for (int i = 0; i < N_CACHED; i++) {
+            cached[i] = PyDict_GetItemWithError(ns, *cached_keys[i]);
+            if (cached[i] == NULL && PyErr_Occurred())
+                return NULL;
+        }
+        cached_time_fn = NULL;
+        if (cached[G_TIME] == time_module) {
+            cached_time_fn = PyDict_GetItemWithError(time_dict, s_time);
+            if (cached_time_fn == NULL && PyErr_Occurred())
+                return NULL;
+        }
+#if PY_VERSION_HEX < 0x030C0000
+        ns_version = ((PyDictObject *)ns)->ma_version_tag;
+        time_version = ((PyDictObject *)time_dict)->ma_version_tag;
+#endif
+        cache_valid = 1;
+    }
+    PyObject *value = cached[which];
+    if (value == NULL)
+        PyErr_Format(PyExc_NameError, "name '%U' is not defined", *cached_keys[which]);
+    return value;
+}
+
 /* time.time() as timing.py sees it (the global `time`'s attribute): natively while it is
  * the real one, with the float CPython's time.time() makes of the same reading. */
 static PyObject *
 wall(void)
 {
-    PyObject *module = global(s_time), *fn;
+    PyObject *module = hot(G_TIME), *fn;
     if (module == NULL)
         return NULL;
-    if (module == time_module) {
-        fn = PyDict_GetItemWithError(PyModule_GetDict(module), s_time);
-        if (fn == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_AttributeError, "module 'time' has no attribute 'time'");
-            return NULL;
-        }
-        Py_INCREF(fn);
-    }
+    if (module == time_module && cached_time_fn != NULL)
+        fn = Py_NewRef(cached_time_fn);
     else if ((fn = PyObject_GetAttr(module, s_time)) == NULL)
         return NULL;
     if (fn == real_time) {
@@ -199,7 +249,7 @@ context_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
 {
     if (Py_TYPE(self) != context_type || kwnames != NULL || nargs < 2 || nargs > 5)
         return call_pure(pure_init, self, args, nargs, kwnames);
-    PyObject *no_swap = global(s_NO_SWAP);
+    PyObject *no_swap = hot(G_NO_SWAP);
     if (no_swap == NULL)
         return NULL;
     fill_context(self, args[0], args[1], nargs > 2 ? args[2] : Py_False,
@@ -223,7 +273,7 @@ static PyObject *
 init_context(PyObject *self, PyObject *key, PyObject *additive, PyObject *average,
              PyObject *gpu)
 {
-    PyObject *no_swap = global(s_NO_SWAP);
+    PyObject *no_swap = hot(G_NO_SWAP);
     if (no_swap == NULL)
         return NULL;
     PyObject *ctx = context_type->tp_alloc(context_type, 0);
@@ -338,7 +388,7 @@ context_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
         !PyDict_Check(SLOT(self, C_TIMING)))
         return PyObject_CallOneArg(pure_enter, self);
     PyObject *timing = SLOT(self, C_TIMING);
-    PyObject *factory = global(s_block_factory);
+    PyObject *factory = hot(G_FACTORY);
     if (factory == NULL)
         return NULL;
     Py_INCREF(timing);
@@ -497,7 +547,12 @@ pop_context(PyObject *timing)
             PyErr_SetString(PyExc_IndexError, "pop from empty list");
             return -1;
         }
-        return PyList_SetSlice(stack, n - 1, n, NULL);
+        /* list.pop() without shrinking the list's storage: the stack of open blocks grows
+         * and shrinks by one at every block. */
+        PyObject *item = PyList_GET_ITEM(stack, n - 1);
+        Py_SET_SIZE(stack, n - 1);
+        Py_DECREF(item);
+        return 0;
     }
     PyObject *r = PyObject_CallMethodNoArgs(stack, s_pop);
     Py_XDECREF(r);
@@ -511,11 +566,12 @@ exit_body(PyObject *self)
     PyObject *end = wall();
     if (end == NULL)
         return -1;
-    PyObject *eps = global(s_EPS), *passed = NULL, *start = SLOT(self, C_TIME_ENTER);
+    PyObject *eps = hot(G_EPS), *passed = NULL, *start = SLOT(self, C_TIME_ENTER);
     if (eps == NULL) {
         Py_DECREF(end);
         return -1;
     }
+    Py_INCREF(eps);
     if (PyFloat_CheckExact(end) && PyFloat_CheckExact(eps)) {
         double d = PyFloat_AS_DOUBLE(end) - PyFloat_AS_DOUBLE(start);
         /* max(d, EPS): the first unless EPS is larger */
@@ -530,6 +586,7 @@ exit_body(PyObject *self)
         }
     }
     Py_DECREF(end);
+    Py_DECREF(eps);
     if (passed == NULL)
         return -1;
     PyObject *key = Py_NewRef(SLOT(self, C_KEY)), *timing = Py_NewRef(SLOT(self, C_TIMING));
@@ -602,7 +659,7 @@ context_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
         else
             Py_DECREF(r);
     }
-    PyObject *no_swap = global(s_NO_SWAP);
+    PyObject *no_swap = hot(G_NO_SWAP);
     if (no_swap == NULL)
         goto failed;
     PyObject *swap = SLOT(self, C_SWAP);
@@ -695,7 +752,14 @@ install(PyObject *Py_UNUSED(module), PyObject *args)
     KEEP(attrdict_type, (PyTypeObject *)attrdict);
     KEEP(timing_type, (PyTypeObject *)timing);
     KEEP(context_type, (PyTypeObject *)context);
+#if PY_VERSION_HEX >= 0x030C0000
+    if (watcher_id < 0 && (watcher_id = PyDict_AddWatcher(namespace_changed)) < 0)
+        return NULL;
+    if (PyDict_Watch(watcher_id, namespace) < 0 || PyDict_Watch(watcher_id, time_dict) < 0)
+        return NULL;
+#endif
     KEEP(ns, namespace);
+    cache_valid = 0;
     KEEP(pure_getattribute, getattribute);
     KEEP(pure_timeit, timeit);
     KEEP(pure_add_time, add_time);
@@ -763,5 +827,6 @@ PyInit__timingacc(void)
     if ((time_module = PyImport_ImportModule("time")) == NULL ||
         (real_time = PyObject_GetAttrString(time_module, "time")) == NULL)
         return NULL;
+    time_dict = PyModule_GetDict(time_module);  /* borrowed: the module is kept */
     return PyModule_Create(&module_def);
 }
