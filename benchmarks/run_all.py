@@ -22,7 +22,8 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics",
-              "bench_relay", "bench_timing_switch", "bench_windows", "bench_launcher")
+              "bench_relay", "bench_timing_switch", "bench_timing", "bench_windows",
+              "bench_launcher")
 
 
 def _git_commit() -> str | None:

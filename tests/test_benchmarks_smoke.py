@@ -58,7 +58,7 @@ def test_benchmarks_print_their_markdown_tables(smoke_run: dict[str, Any]) -> No
     for row in ("| anchor 1: ML-Agents", "| anchor 2: OTel SDK", "| (a) otel_rl `spans=auto`",
                 "| (b) otel_rl `spans=all`", "| (c) otel_rl `disabled=True`",
                 "| (e) otel_rl unconfigured", "| otel_rl record in the buffer",
-                "| anchor: ML-Agents", "| plain worker"):
+                "| anchor: ML-Agents", "| plain worker", "| otel_rl, compiled | `spans=auto`"):
         assert row in out, row
     assert "CHECKS FAILED" not in out
 
