@@ -171,6 +171,9 @@ def program(seed: int, events: list[Any]) -> Callable[[], list[Any]]:
         sub = SubTiming("Learner profile")
         timings.append(sub)
         block(sub, 0)
+        odd = ot.Timing(7)  # a name that is not a str: the component is named "7"
+        timings.append(odd)
+        block(odd, 0)
         # A pickled Timing, restored and used on.
         restored = pickle.loads(pickle.dumps(main))
         timings.append(restored)
@@ -350,7 +353,7 @@ def test_a_forked_worker_runs_the_same_on_both_paths(tmp_path: Path,
     result = compare(workload, 5, tmp_path, monkeypatch)
     assert result["events"][1] == 0
     child_timings, _, child_on_its_path = result["events"][0]
-    assert len(child_timings) == 5
+    assert len(child_timings) == 6
     assert child_on_its_path
 
 
