@@ -115,8 +115,10 @@ def program(seed: int, events: list[Any]) -> Callable[[], list[Any]]:
                         block(timing, depth + 1)
                 with ctx:
                     pass
-            elif kind < 0.18:  # gpu= and keyword arguments: the pure path
+            elif kind < 0.18:  # gpu= and keyword arguments (the pure path)
                 with timing.add_time(f"add_time.{name}", gpu=False):
+                    pass
+                with timing.timeit(f"timeit.{name}", False):  # positional: the compiled path
                     pass
                 with timing.time_avg(f"time_avg.{name}", average=3):
                     pass
