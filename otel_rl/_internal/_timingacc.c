@@ -276,11 +276,15 @@ init_context(PyObject *self, PyObject *key, PyObject *additive, PyObject *averag
     PyObject *no_swap = hot(G_NO_SWAP);
     if (no_swap == NULL)
         return NULL;
+    Py_INCREF(no_swap);  /* the allocation may collect garbage, and so run any code */
     PyObject *ctx = context_type->tp_alloc(context_type, 0);
-    if (ctx == NULL)
+    if (ctx == NULL) {
+        Py_DECREF(no_swap);
         return NULL;
+    }
     PyObject *node = NULL, *tree = NULL, *value = NULL;
     fill_context(ctx, self, key, additive, average, gpu, no_swap);
+    Py_DECREF(no_swap);
     int has = PyDict_Contains(self, key);
     if (has < 0)
         goto fail;
