@@ -22,16 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
-from _report import failed_checks_lines, finish
-from bench_sample_factory import summarize, venv_python
+from _report import finish
+from bench_sample_factory import interleaved, measured, summarize, table, venv_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(os.path.dirname(HERE), "tests", "frameworks", "mlagents_train.py")
@@ -51,20 +47,7 @@ def _learning_seconds(results_dir: str) -> float | None:
 def one_run(python: str, variant: str, steps: int, envs: int, workdir: str) -> dict[str, Any]:
     results_dir = os.path.join(workdir, f"results-{variant}")
     command = [TRAIN, results_dir, "--steps", str(steps), "--envs", str(envs)]
-    bindir = os.path.dirname(python)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    env["PYTHONWARNINGS"] = "ignore"
-    argv = [python, *command]
-    out = os.path.join(workdir, f"otel-{variant}")
-    if variant == "otel_rl":
-        argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python", *command]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=1800)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done, cpu, wall = measured(python, command, variant, workdir)
     checks = []
     if done.returncode != 0:
         checks.append(f"{variant}: exit status {done.returncode}: "
@@ -72,30 +55,18 @@ def one_run(python: str, variant: str, steps: int, envs: int, workdir: str) -> d
     learning = _learning_seconds(results_dir)
     if learning is None:
         checks.append(f"{variant}: no TrainerController.start_learning in ML-Agents' timers.json")
-    if variant == "otel_rl" and not os.path.exists(os.path.join(out, "timers.json")):
+    if variant == "otel_rl" and not os.path.exists(os.path.join(workdir, "otel-otel_rl",
+                                                                "timers.json")):
         checks.append("otel_rl: no timers.json")
-    return {"fps": steps / learning if learning else 0.0,
-            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "wall_s": wall, "checks": checks}
+    return {"fps": steps / learning if learning else 0.0, "cpu_s": cpu, "wall_s": wall,
+            "checks": checks}
 
 
 def render(results: dict[str, Any]) -> str:
-    s, r = results["summary"], results["ratios"]
-    lines = [f"ML-Agents 1.1.0 PPO (`mlagents-learn`'s code path), {results['steps']} steps, "
-             f"{results['envs']} env worker processes, {results['rounds']} interleaved rounds "
-             "(median, min–max)", "",
-             "| | steps/s (ML-Agents' start_learning) | CPU s, all processes | wall s |",
-             "|---|---|---|---|"]
-    for variant in ("plain", "otel_rl"):
-        cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
-                 f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
-                                                              ("wall_s", 1))]
-        name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-             f"{r[k]['per_round_max']:.3f})" for k in ("fps", "cpu_s", "wall_s")]
-    lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
-    return "\n".join([*failed_checks_lines(results), *lines])
+    return table(results, f"ML-Agents 1.1.0 PPO (`mlagents-learn`'s code path), "
+                 f"{results['steps']} steps, {results['envs']} env worker processes, "
+                 f"{results['rounds']} interleaved rounds (median, min–max)",
+                 "steps/s (ML-Agents' start_learning)")
 
 
 def main() -> int:
@@ -109,17 +80,10 @@ def main() -> int:
     args = parser.parse_args()
     rounds, steps = (2, 3000) if args.quick else (args.rounds, args.steps)
     python = venv_python("mlagents")
-    order = random.Random(args.seed)
-    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-mlagents-") as workdir:
-        for i in range(rounds):
-            variants = ["plain", "otel_rl"]
-            order.shuffle(variants)
-            for variant in variants:
-                row = one_run(python, variant, steps, args.envs, workdir)
-                runs[variant].append(row)
-                print(f"round {i + 1}/{rounds} {variant:8s} steps/s {row['fps']:8.1f}  CPU "
-                      f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
+        runs = interleaved(rounds, args.seed,
+                           lambda variant: one_run(python, variant, steps, args.envs, workdir),
+                           rate="steps/s")
     results = {"rounds": rounds, "steps": steps, "envs": args.envs, "runs": runs,
                **summarize(runs)}
     return finish(results, args.json, render)
