@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from _report import failed_checks_lines, finish
@@ -63,19 +64,17 @@ def venv_python(target: str = "sf") -> str:
     return python
 
 
-def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, Any]:
-    command = ["-m", "sf_examples.train_gym_env", "--env=CartPole-v1", "--algo=APPO",
-               "--num_workers=2", "--num_envs_per_worker=8", "--device=cpu",
-               f"--train_for_env_steps={steps}", f"--experiment={variant}",
-               f"--train_dir={workdir}/train", "--with_wandb=False", "--save_every_sec=100000",
-               "--restart_behavior=overwrite"]
+def measured(python: str, command: list[str], variant: str, workdir: str
+             ) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run ``python *command`` (plain, or under ``otel-rl run --output WORKDIR/otel-otel_rl``)
+    in `workdir`: the finished process, the CPU seconds of all its processes, the wall time."""
     bindir = os.path.dirname(python)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
     argv = [python, *command]
-    out = os.path.join(workdir, f"otel-{variant}")
     if variant == "otel_rl":
+        out = os.path.join(workdir, f"otel-{variant}")
         argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python", *command]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -83,6 +82,17 @@ def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, An
                           stdin=subprocess.DEVNULL, timeout=1800)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done, cpu, wall
+
+
+def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, Any]:
+    command = ["-m", "sf_examples.train_gym_env", "--env=CartPole-v1", "--algo=APPO",
+               "--num_workers=2", "--num_envs_per_worker=8", "--device=cpu",
+               f"--train_for_env_steps={steps}", f"--experiment={variant}",
+               f"--train_dir={workdir}/train", "--with_wandb=False", "--save_every_sec=100000",
+               "--restart_behavior=overwrite"]
+    done, cpu, wall = measured(python, command, variant, workdir)
     log = done.stdout + done.stderr
     match = COLLECTED.findall(log)
     checks = []
@@ -90,11 +100,11 @@ def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, An
         checks.append(f"{variant}: exit status {done.returncode}: {log[-300:]!r}")
     if not match or int(match[-1][0]) < steps:
         checks.append(f"{variant}: did not collect {steps} steps")
-    if variant == "otel_rl" and not os.path.exists(os.path.join(out, "timers.json")):
+    if variant == "otel_rl" and not os.path.exists(os.path.join(workdir, "otel-otel_rl",
+                                                                "timers.json")):
         checks.append("otel_rl: no timers.json")
-    return {"fps": float(match[-1][1]) if match else 0.0,
-            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "wall_s": wall, "checks": checks}
+    return {"fps": float(match[-1][1]) if match else 0.0, "cpu_s": cpu, "wall_s": wall,
+            "checks": checks}
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -115,11 +125,11 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {"summary": summary, "ratios": ratios}
 
 
-def render(results: dict[str, Any]) -> str:
+def table(results: dict[str, Any], title: str, fps_label: str) -> str:
+    """The plain / otel_rl table of a real run's results (shared by the framework benches)."""
     s, r = results["summary"], results["ratios"]
-    lines = [f"Sample Factory 2.1.1 APPO CartPole, {results['steps']} env steps, 2 rollout "
-             f"workers × 8 envs, {results['rounds']} interleaved rounds (median, min–max)", "",
-             "| | FPS (Sample Factory's) | CPU s, all processes | wall s |", "|---|---|---|---|"]
+    lines = [title, "", f"| | {fps_label} | CPU s, all processes | wall s |",
+             "|---|---|---|---|"]
     for variant in ("plain", "otel_rl"):
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
@@ -132,6 +142,28 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join([*failed_checks_lines(results), *lines])
 
 
+def render(results: dict[str, Any]) -> str:
+    return table(results, f"Sample Factory 2.1.1 APPO CartPole, {results['steps']} env steps, "
+                 f"2 rollout workers × 8 envs, {results['rounds']} interleaved rounds (median, "
+                 "min–max)", "FPS (Sample Factory's)")
+
+
+def interleaved(rounds: int, seed: int, run: Callable[[str], dict[str, Any]],
+                rate: str = "FPS") -> dict[str, list[dict[str, Any]]]:
+    """`rounds` rounds of `run(variant)`, plain and otel_rl in a shuffled order each round."""
+    order = random.Random(seed)
+    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
+    for i in range(rounds):
+        variants = ["plain", "otel_rl"]
+        order.shuffle(variants)
+        for variant in variants:
+            row = run(variant)
+            runs[variant].append(row)
+            print(f"round {i + 1}/{rounds} {variant:8s} {rate} {row['fps']:8.1f}  CPU "
+                  f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -142,17 +174,9 @@ def main() -> int:
     args = parser.parse_args()
     rounds, steps = (3, 30000) if args.quick else (args.rounds, args.steps)
     python = venv_python()
-    order = random.Random(args.seed)
-    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-sf-") as workdir:
-        for i in range(rounds):
-            variants = ["plain", "otel_rl"]
-            order.shuffle(variants)
-            for variant in variants:
-                row = one_run(python, variant, steps, workdir)
-                runs[variant].append(row)
-                print(f"round {i + 1}/{rounds} {variant:8s} FPS {row['fps']:8.1f}  CPU "
-                      f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
+        runs = interleaved(rounds, args.seed,
+                           lambda variant: one_run(python, variant, steps, workdir))
     results = {"rounds": rounds, "steps": steps, "runs": runs, **summarize(runs)}
     return finish(results, args.json, render)
 
