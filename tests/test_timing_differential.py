@@ -88,7 +88,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 @pytest.fixture(autouse=True, params=["compiled", "pure"])
 def timing_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every comparison runs with otel_rl's compiled Timing (`_timingacc.c`) and pure."""
+    """Every comparison runs with otel_rl's compiled Timing (`_timingacc.c`) and pure, on each
+    hot path (`tests/fixtures/hot_path.py`, set up first: its switch moves Timing's too)."""
+    request.getfixturevalue("hot_path")
     compiled = request.param == "compiled"
     if compiled and accel.compiled("_timingacc") is None and not os.environ.get("CI"):
         pytest.skip("the compiled Timing is not built here (python scripts/build_accel.py)")
