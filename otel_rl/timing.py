@@ -419,7 +419,6 @@ _PURE: list[tuple[type, str, Any]] = [
         (TimingContext, "__exit__"),
     )
 ]
-_compiled = False
 
 
 def _use_accelerator(on: bool) -> bool:
@@ -427,7 +426,6 @@ def _use_accelerator(on: bool) -> bool:
     when `on` and it is built, else the pure Python above; whether the compiled one is in use.
     Follows the ``accelerator`` setting (`recorder.use_accelerator` calls it); safe between
     blocks and while some are open: both paths keep the same slots."""
-    global _compiled
     module = accel.compiled("_timingacc") if on else None
     compiled: dict[Any, Any] = {}
     if module is not None:
@@ -439,13 +437,12 @@ def _use_accelerator(on: bool) -> bool:
                             "pure Python", type(exc).__name__, exc)
     for cls, name, pure in _PURE:
         setattr(cls, name, compiled.get(pure, pure))
-    _compiled = bool(compiled)
-    return _compiled
+    return accelerated()
 
 
 def accelerated() -> bool:
-    """Whether Timing's blocks run the compiled path."""
-    return _compiled
+    """Whether Timing's blocks run the compiled path (the classes hold its methods)."""
+    return all(cls.__dict__[name] is not pure for cls, name, pure in _PURE)
 
 
 recorder.accelerator_hooks.append(_use_accelerator)

@@ -447,16 +447,19 @@ context_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
             put(self, C_SWAP, swap);
             Py_DECREF(swap);
         }
-        PyObject *gpu = SLOT(self, C_GPU);
+        /* held: the factory may run any code, rebinding the slots included */
+        PyObject *key = Py_NewRef(SLOT(self, C_KEY)), *gpu = Py_NewRef(SLOT(self, C_GPU));
         if (gpu == Py_None) {
-            PyObject *fargs[2] = {NULL, SLOT(self, C_KEY)};
+            PyObject *fargs[2] = {NULL, key};
             block = PyObject_Vectorcall(factory, fargs + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                         NULL);
         }
         else {
-            PyObject *fargs[2] = {SLOT(self, C_KEY), gpu};
+            PyObject *fargs[2] = {key, gpu};
             block = PyObject_Vectorcall(factory, fargs, 1, gpu_kwnames);
         }
+        Py_DECREF(key);
+        Py_DECREF(gpu);
         if (block == NULL)
             goto bridged;
         PyObject *r = PyObject_VectorcallMethod(s_enter, &block, 1, NULL);
@@ -606,7 +609,8 @@ exit_body(PyObject *self)
         return -1;
     }
     Py_INCREF(eps);
-    if (PyFloat_CheckExact(end) && PyFloat_CheckExact(eps)) {
+    Py_INCREF(start);
+    if (PyFloat_CheckExact(end) && PyFloat_CheckExact(eps) && PyFloat_CheckExact(start)) {
         double d = PyFloat_AS_DOUBLE(end) - PyFloat_AS_DOUBLE(start);
         /* max(d, EPS): the first unless EPS is larger */
         passed = PyFloat_AS_DOUBLE(eps) > d ? Py_NewRef(eps) : PyFloat_FromDouble(d);
@@ -621,6 +625,7 @@ exit_body(PyObject *self)
     }
     Py_DECREF(end);
     Py_DECREF(eps);
+    Py_DECREF(start);
     if (passed == NULL)
         return -1;
     PyObject *key = Py_NewRef(SLOT(self, C_KEY)), *timing = Py_NewRef(SLOT(self, C_TIMING));
