@@ -355,11 +355,15 @@ def test_pip_install_without_a_compiler_runs_the_pure_path(project_copy: Path,
              "print(otel_rl.__file__); print(r.hot_path()); print(r.thread_stack().root"
              ".children['a'].count)\n"
              "print(glob.glob(os.path.join(os.path.dirname(otel_rl.__file__), '_internal', '*.so')))\n"
-             "from otel_rl._internal import metrics_columns as m; print(m.reader() is m.PURE)")
+             "from otel_rl._internal import metrics_columns as m; print(m.reader() is m.PURE)\n"
+             "import otel_rl.timing as t; x = t.Timing('x')\n"
+             "with x.add_time('b'):\n    pass\n"
+             "print(t.accelerated(), x.b > 0)")
     ran = subprocess.run([python, "-c", check], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path, env=env)
     assert ran.returncode == 0, ran.stderr
-    where, path, count, built, pure_metrics = ran.stdout.splitlines()
+    where, path, count, built, pure_metrics, pure_timing = ran.stdout.splitlines()
     assert where.startswith(str(venv))
     assert path == "pure Python (the compiled hot path is not built)"
     assert (count, built, pure_metrics) == ("1", "[]", "True")  # the metrics' columns: pure
+    assert pure_timing == "False True"  # Sample Factory's Timing: pure, and timing

@@ -411,3 +411,22 @@ def test_the_real_clock_gives_times_within_time_time_readings(both_paths: None) 
         assert ot.EPS <= t["avg"].values[0] <= after - before
         assert t.tree_str().splitlines()[1:] == [f"outer: {t['outer']:.4f}",
                                                  f"  inner: {t['inner']:.4f}, avg: {t['avg']}"]
+
+
+def test_a_compiled_timing_that_does_not_install_leaves_timing_pure(
+        both_paths: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Misfit:
+        @staticmethod
+        def install(*args: object) -> dict[object, object]:
+            raise TypeError("TimingContext._key is not a writable slot")
+
+    monkeypatch.setattr(accel, "compiled", lambda name="_hotpath": Misfit)
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        assert ot._use_accelerator(True) is False
+    assert not ot.accelerated()
+    assert "the compiled Timing does not load (TypeError: TimingContext._key" in caplog.text
+    t = ot.Timing("pure")
+    with t.add_time("a"):
+        pass
+    assert t["a"] >= ot.EPS
