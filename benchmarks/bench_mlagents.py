@@ -27,7 +27,15 @@ import tempfile
 from typing import Any
 
 from _report import finish
-from bench_sample_factory import interleaved, measured, summarize, table, venv_python
+from bench_sample_factory import (
+    also,
+    interleaved,
+    measured,
+    summarize,
+    table,
+    variants_argument,
+    venv_python,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(os.path.dirname(HERE), "tests", "frameworks", "mlagents_train.py")
@@ -77,13 +85,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 rounds of 3,000 steps")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--seed", type=int, default=0, help="of the variant order per round")
+    variants_argument(parser)
     args = parser.parse_args()
+    others = also(args.also)
     rounds, steps = (2, 3000) if args.quick else (args.rounds, args.steps)
     python = venv_python("mlagents")
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-mlagents-") as workdir:
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, args.envs, workdir),
-                           rate="steps/s")
+                           rate="steps/s", others=others)
     results = {"rounds": rounds, "steps": steps, "envs": args.envs, "runs": runs,
                **summarize(runs)}
     return finish(results, args.json, render)

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from _report import failed_checks_lines, finish
@@ -35,6 +35,9 @@ from _report import failed_checks_lines, finish
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 _LOCKS: list[Any] = []
+#: Variants under ``otel-rl run`` and the settings they add (besides ``plain``).
+VARIANTS = {"otel_rl": {}, "spans_off": {"OTEL_RL_SPANS": "off"},
+            "disabled": {"OTEL_RL_DISABLED": "true"}}
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
@@ -66,14 +69,16 @@ def venv_python(target: str = "sf") -> str:
 
 def measured(python: str, command: list[str], variant: str, workdir: str
              ) -> tuple[subprocess.CompletedProcess[str], float, float]:
-    """Run ``python *command`` (plain, or under ``otel-rl run --output WORKDIR/otel-otel_rl``)
-    in `workdir`: the finished process, the CPU seconds of all its processes, the wall time."""
+    """Run ``python *command`` (plain, or under ``otel-rl run --output WORKDIR/otel-VARIANT``
+    with the variant's settings, `VARIANTS`) in `workdir`: the finished process, the CPU
+    seconds of all its processes, the wall time."""
     bindir = os.path.dirname(python)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
     argv = [python, *command]
-    if variant == "otel_rl":
+    if variant != "plain":
+        env.update(VARIANTS[variant])
         out = os.path.join(workdir, f"otel-{variant}")
         argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python", *command]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -107,7 +112,21 @@ def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, An
             "checks": checks}
 
 
+def _ratios(runs: dict[str, list[dict[str, Any]]], summary: dict[str, Any],
+            variant: str) -> dict[str, Any]:
+    ratios: dict[str, Any] = {}
+    for key in ("fps", "cpu_s", "wall_s"):
+        per_round = [o[key] / p[key] for o, p in zip(runs[variant], runs["plain"], strict=True)
+                     if p[key]]
+        ratios[key] = {
+            "of_medians": summary[variant][key]["median"] / summary["plain"][key]["median"],
+            "per_round_min": min(per_round), "per_round_max": max(per_round)}
+    return ratios
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians (min-max) per variant; ``ratios``: otel_rl / plain (``variant_ratios``: those of
+    the other variants, if any ran)."""
     summary: dict[str, Any] = {}
     for variant, rows in runs.items():
         summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
@@ -115,30 +134,29 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             values = [r[key] for r in rows]
             summary[variant][key] = {"median": statistics.median(values), "min": min(values),
                                      "max": max(values)}
-    ratios: dict[str, Any] = {}
-    for key in ("fps", "cpu_s", "wall_s"):
-        per_round = [o[key] / p[key] for o, p in zip(runs["otel_rl"], runs["plain"], strict=True)
-                     if p[key]]
-        ratios[key] = {
-            "of_medians": summary["otel_rl"][key]["median"] / summary["plain"][key]["median"],
-            "per_round_min": min(per_round), "per_round_max": max(per_round)}
-    return {"summary": summary, "ratios": ratios}
+    others = {v: _ratios(runs, summary, v) for v in runs if v not in ("plain", "otel_rl")}
+    return {"summary": summary, "ratios": _ratios(runs, summary, "otel_rl"),
+            **({"variant_ratios": others} if others else {})}
 
 
 def table(results: dict[str, Any], title: str, fps_label: str) -> str:
     """The plain / otel_rl table of a real run's results (shared by the framework benches)."""
-    s, r = results["summary"], results["ratios"]
+    s = results["summary"]
+    ratios = {"otel_rl": results["ratios"], **results.get("variant_ratios", {})}
+    names = {"plain": "plain", "otel_rl": "under `otel-rl run` (auto)",
+             "spans_off": "under `otel-rl run`, `spans=off`",
+             "disabled": "under `otel-rl run`, `disabled`"}
     lines = [title, "", f"| | {fps_label} | CPU s, all processes | wall s |",
              "|---|---|---|---|"]
-    for variant in ("plain", "otel_rl"):
+    for variant in s:
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
                                                               ("wall_s", 1))]
-        name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-             f"{r[k]['per_round_max']:.3f})" for k in ("fps", "cpu_s", "wall_s")]
-    lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
+        lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
+    for variant, r in ratios.items():
+        cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
+                 f"{r[k]['per_round_max']:.3f})" for k in ("fps", "cpu_s", "wall_s")]
+        lines.append(f"| {variant} / plain (per-round spread) | " + " | ".join(cells) + " |")
     return "\n".join([*failed_checks_lines(results), *lines])
 
 
@@ -149,19 +167,34 @@ def render(results: dict[str, Any]) -> str:
 
 
 def interleaved(rounds: int, seed: int, run: Callable[[str], dict[str, Any]],
-                rate: str = "FPS") -> dict[str, list[dict[str, Any]]]:
-    """`rounds` rounds of `run(variant)`, plain and otel_rl in a shuffled order each round."""
+                rate: str = "FPS", others: Sequence[str] = ()) -> dict[str, list[dict[str, Any]]]:
+    """`rounds` rounds of `run(variant)`: plain, otel_rl and `others` in a shuffled order each
+    round."""
     order = random.Random(seed)
-    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in ("plain", "otel_rl", *others)}
     for i in range(rounds):
-        variants = ["plain", "otel_rl"]
+        variants = list(runs)
         order.shuffle(variants)
         for variant in variants:
             row = run(variant)
             runs[variant].append(row)
-            print(f"round {i + 1}/{rounds} {variant:8s} {rate} {row['fps']:8.1f}  CPU "
+            print(f"round {i + 1}/{rounds} {variant:9s} {rate} {row['fps']:8.1f}  CPU "
                   f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
     return runs
+
+
+def variants_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--also", default="", metavar="VARIANT,...",
+                        help="more variants beside plain and otel_rl: "
+                             + ", ".join(v for v in VARIANTS if v != "otel_rl"))
+
+
+def also(value: str) -> list[str]:
+    names = [v for v in value.split(",") if v]
+    for name in names:
+        if name not in VARIANTS or name == "otel_rl":
+            sys.exit(f"--also: unknown variant {name!r}")
+    return names
 
 
 def main() -> int:
@@ -171,12 +204,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="3 rounds of 30,000 steps")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--seed", type=int, default=0, help="of the variant order per round")
+    variants_argument(parser)
     args = parser.parse_args()
     rounds, steps = (3, 30000) if args.quick else (args.rounds, args.steps)
+    others = also(args.also)
     python = venv_python()
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-sf-") as workdir:
         runs = interleaved(rounds, args.seed,
-                           lambda variant: one_run(python, variant, steps, workdir))
+                           lambda variant: one_run(python, variant, steps, workdir),
+                           others=others)
     results = {"rounds": rounds, "steps": steps, "runs": runs, **summarize(runs)}
     return finish(results, args.json, render)
 
