@@ -5,7 +5,8 @@
 What ``pip install .`` does through setup.py, without setuptools (the test venvs of
 scripts/python-matrix.sh have none): tests import the checkout, so each interpreter needs its
 own ``otel_rl/_internal/_hotpath.<tag>.so`` (and ``_metricsacc.<tag>.so``, the metrics' column
-reader, and ``_relaycols.<tag>.so``, the relay's column writer) beside the source. Uses the compiler and flags
+reader, ``_relaycols.<tag>.so``, the relay's column writer, and ``_timingacc.<tag>.so``, Sample
+Factory's Timing) beside the source. Uses the compiler and flags
 Python was built with (``CC`` overrides the compiler). Exits 1 with the compiler's message if
 the build fails; otel_rl then runs its pure-Python hot path.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The compiled modules: the hot path, the metrics' column reader (issue 18), the relay's
-#: column writer (issue 19).
+#: column writer and Sample Factory's Timing (issue 19).
 SOURCES = [ROOT / "otel_rl" / "_internal" / name
            for name in ("_hotpath.c", "_metricsacc.c", "_relaycols.c", "_timingacc.c")]
 SOURCE = SOURCES[0]

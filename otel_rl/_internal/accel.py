@@ -19,7 +19,7 @@ from otel_rl._internal import config
 
 def compiled(name: str = "_hotpath") -> ModuleType | None:
     """The compiled module `name` (the hot path's by default; ``_metricsacc``,
-    ``_relaycols``), or None where it was not built (or does not load)."""
+    ``_relaycols``, ``_timingacc``), or None where it was not built (or does not load)."""
     try:
         return importlib.import_module(f"otel_rl._internal.{name}")
     except ImportError:
