@@ -10,4 +10,5 @@ for a checkout (tests run from one).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(f"otel_rl._internal.{name}", [f"otel_rl/_internal/{name}.c"],
+                             depends=["otel_rl/_internal/_accel.h"],
                              optional=True) for name in ("_hotpath", "_metricsacc", "_relaycols", "_timingacc")])

@@ -57,7 +57,7 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     wheel, = (tmp_path / "dist").glob("otel_rl-*.whl")
     with tarfile.open(sdist) as tar:
         assert any(name.endswith("/LICENSE") for name in tar.getnames())
-        for source in ("_hotpath.c", "_metricsacc.c", "_relaycols.c", "_timingacc.c"):
+        for source in ("_hotpath.c", "_metricsacc.c", "_relaycols.c", "_timingacc.c", "_accel.h"):
             assert any(name.endswith(f"/otel_rl/_internal/{source}") for name in tar.getnames())
     with zipfile.ZipFile(wheel) as zf:
         metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith("/METADATA"))

@@ -14,17 +14,8 @@
  * Built by setup.py as an optional extension: without a compiler otel_rl runs pure Python.
  * `tests/test_accel.py` drives both paths with the same workloads and compares everything.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_accel.h"
 #include <time.h>
-
-#ifndef Py_T_OBJECT_EX
-#define Py_T_OBJECT_EX T_OBJECT_EX
-#endif
-#ifndef Py_READONLY
-#define Py_READONLY READONLY
-#endif
 
 /* One slot of one class: objects of exactly `type` (or a subclass, for the timer) use the
  * offset; others go through getattr/setattr by `name`. */
@@ -101,13 +92,8 @@ set(PyObject *obj, int which, PyObject *value)
 static PyObject *
 global(PyObject *key)
 {
-    PyObject *value = PyDict_GetItemWithError(ns, key);
-    if (value == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_NameError, "name '%U' is not defined", key);
-        return NULL;
-    }
-    Py_INCREF(value);
+    PyObject *value = namespace_get(ns, key);
+    Py_XINCREF(value);
     return value;
 }
 
@@ -118,18 +104,7 @@ global(PyObject *key)
 enum { G_LOCAL, G_CLOCK, G_IDS, G_TALLY, G_BUFFER_CAP, N_CACHED };
 static PyObject **cached_keys[N_CACHED] = {&s_local, &s_clock, &s_ids, &s_tally, &s_buffer_cap};
 static PyObject *cached[N_CACHED];  /* borrowed from the namespace while the cache is valid */
-static int cache_valid;
-#if PY_VERSION_HEX >= 0x030C0000
-static int watcher_id = -1;
-
-static int
-namespace_changed(PyDict_WatchEvent Py_UNUSED(event), PyObject *Py_UNUSED(dict),
-                  PyObject *Py_UNUSED(key), PyObject *Py_UNUSED(new_value))
-{
-    cache_valid = 0;
-    return 0;
-}
-#else
+#if PY_VERSION_HEX < 0x030C0000
 static uint64_t cache_version;
 #endif
 
@@ -188,22 +163,6 @@ now(void)
     PyObject *result = PyObject_CallNoArgs(clock);
     Py_DECREF(clock);
     return result;
-}
-
-static PyObject *
-call_pure(PyObject *pure, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-          PyObject *kwnames)
-{
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    PyObject *stack[16];
-    if (nargs + nkw + 1 > 16) {
-        PyErr_SetString(PyExc_TypeError, "too many arguments");
-        return NULL;
-    }
-    stack[0] = self;
-    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
-        stack[i + 1] = args[i];
-    return PyObject_Vectorcall(pure, stack, (size_t)(nargs + 1), kwnames);
 }
 
 /* --- __init__(self, name, timer_stack=None, gpu=None) ------------------------------------ */
@@ -651,12 +610,8 @@ install(PyObject *Py_UNUSED(module), PyObject *args)
     for (int i = 0; i < N_FIELDS; i++)
         if (find_field(i, classes[i], i <= T_UP) < 0)
             return NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    if (watcher_id < 0 && (watcher_id = PyDict_AddWatcher(namespace_changed)) < 0)
+    if (watch_namespace(namespace) < 0)
         return NULL;
-    if (PyDict_Watch(watcher_id, namespace) < 0)
-        return NULL;
-#endif
     Py_INCREF(namespace);
     Py_XSETREF(ns, namespace);
     cache_valid = 0;

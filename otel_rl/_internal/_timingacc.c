@@ -18,17 +18,8 @@
  * Built by setup.py as an optional extension: without a compiler otel_rl runs pure Python.
  * `tests/test_timing_accel.py` drives both paths with the same workloads and compares all.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_accel.h"
 #include <time.h>
-
-#ifndef Py_T_OBJECT_EX
-#define Py_T_OBJECT_EX T_OBJECT_EX
-#endif
-#ifndef Py_READONLY
-#define Py_READONLY READONLY
-#endif
 
 /* TimingContext's slots */
 enum {
@@ -67,26 +58,7 @@ put(PyObject *obj, int i, PyObject *value)
 static PyObject *
 global(PyObject *key)
 {
-    PyObject *value = PyDict_GetItemWithError(ns, key);
-    if (value == NULL && !PyErr_Occurred())
-        PyErr_Format(PyExc_NameError, "name '%U' is not defined", key);
-    return value;
-}
-
-static PyObject *
-call_pure(PyObject *pure, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-          PyObject *kwnames)
-{
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    PyObject *stack[16];
-    if (nargs + nkw + 1 > 16) {
-        PyErr_SetString(PyExc_TypeError, "too many arguments");
-        return NULL;
-    }
-    stack[0] = self;
-    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
-        stack[i + 1] = args[i];
-    return PyObject_Vectorcall(pure, stack, (size_t)(nargs + 1), kwnames);
+    return namespace_get(ns, key);
 }
 
 /* The globals read at every block, cached while timing.py's namespace and the time module's
@@ -98,18 +70,7 @@ static PyObject **cached_keys[N_CACHED] = {&s_block_factory, &s_time, &s_EPS, &s
 static PyObject *cached[N_CACHED];
 static PyObject *cached_time_fn;  /* the time module's `time` while the global is that module */
 static PyObject *time_dict;       /* the time module's namespace */
-static int cache_valid;
-#if PY_VERSION_HEX >= 0x030C0000
-static int watcher_id = -1;
-
-static int
-namespace_changed(PyDict_WatchEvent Py_UNUSED(event), PyObject *Py_UNUSED(dict),
-                  PyObject *Py_UNUSED(key), PyObject *Py_UNUSED(new_value))
-{
-    cache_valid = 0;
-    return 0;
-}
-#else
+#if PY_VERSION_HEX < 0x030C0000
 static uint64_t ns_version, time_version;
 #endif
 
@@ -790,12 +751,8 @@ install(PyObject *Py_UNUSED(module), PyObject *args)
     KEEP(attrdict_type, (PyTypeObject *)attrdict);
     KEEP(timing_type, (PyTypeObject *)timing);
     KEEP(context_type, (PyTypeObject *)context);
-#if PY_VERSION_HEX >= 0x030C0000
-    if (watcher_id < 0 && (watcher_id = PyDict_AddWatcher(namespace_changed)) < 0)
+    if (watch_namespace(namespace) < 0 || watch_namespace(time_dict) < 0)
         return NULL;
-    if (PyDict_Watch(watcher_id, namespace) < 0 || PyDict_Watch(watcher_id, time_dict) < 0)
-        return NULL;
-#endif
     KEEP(ns, namespace);
     cache_valid = 0;
     KEEP(pure_getattribute, getattribute);
