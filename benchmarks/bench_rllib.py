@@ -1,6 +1,7 @@
 """The real RLlib PPO run with and without otel_rl: training iterations per second.
 
     python benchmarks/bench_rllib.py [--rounds N] [--iterations N] [--quick] [--json FILE]
+                                     [--also spans_off,disabled]
 
 RLlib 2.60 PPO on CartPole (new API stack, 2 env runners, a Learner actor, 400 env steps per
 iteration; ``tests/frameworks/rllib_train.py``), in the venv ``scripts/setup-frameworks.sh
@@ -35,7 +36,7 @@ from typing import Any
 
 from _report import failed_checks_lines, finish
 from _stats import median_ci
-from bench_sample_factory import venv_python
+from bench_sample_factory import VARIANTS, also, variants_argument, venv_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -60,11 +61,12 @@ def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[st
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
+    env.update(VARIANTS.get(variant, {}))
     results = os.path.join(workdir, f"{variant}.json")
     out = os.path.join(workdir, f"otel-{variant}")
     shutil.rmtree(out, ignore_errors=True)
     argv = [python, SCRIPT, results, str(iterations)]
-    if variant == "otel_rl":
+    if variant != "plain":
         argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python",
                 SCRIPT, results, str(iterations)]
     start = time.perf_counter()
@@ -108,42 +110,55 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             values = [r[key] for r in rows]
             summary[variant][key] = {"median": statistics.median(values), "min": min(values),
                                      "max": max(values)}
+    ratios = {v: _ratios(runs, summary, v) for v in runs if v != "plain"}
+    return {"summary": summary, "ratios": ratios.pop("otel_rl"),
+            **({"variant_ratios": ratios} if ratios else {})}
+
+
+def _ratios(runs: dict[str, list[dict[str, Any]]], summary: dict[str, Any],
+            variant: str) -> dict[str, Any]:
+    """`variant` / plain: of the medians, the per-round spread, and the per-round median with
+    its 95 % bootstrap interval."""
     ratios: dict[str, Any] = {}
     for key in KEYS:
-        per_round = [o[key] / p[key] for o, p in zip(runs["otel_rl"], runs["plain"], strict=True)
+        per_round = [o[key] / p[key] for o, p in zip(runs[variant], runs["plain"], strict=True)
                      if p[key]]
         plain_median = summary["plain"][key]["median"]
         ratios[key] = {
-            "of_medians": summary["otel_rl"][key]["median"] / plain_median if plain_median
+            "of_medians": summary[variant][key]["median"] / plain_median if plain_median
             else 0.0,
             "per_round_min": min(per_round, default=0.0),
             "per_round_max": max(per_round, default=0.0),
-            # The median of the per-round ratios and its 95 % bootstrap interval.
             "per_round_median_ci": list(median_ci(per_round))}
-    return {"summary": summary, "ratios": ratios}
+    return ratios
 
 
 def render(results: dict[str, Any]) -> str:
-    s, r = results["summary"], results["ratios"]
+    s = results["summary"]
+    ratios = {"otel_rl": results["ratios"], **results.get("variant_ratios", {})}
+    names = {"plain": "plain", "otel_rl": "under `otel-rl run` (auto)",
+             "spans_off": "under `otel-rl run`, `spans=off`",
+             "disabled": "under `otel-rl run`, `disabled`"}
     lines = [f"RLlib 2.60 PPO CartPole, 2 env runners + a Learner actor, {results['iterations']} "
              f"iterations (first left out), {results['rounds']} interleaved rounds "
              "(median, min–max)", "",
              "| | iterations/s (algo.train()) | CPU s per iteration, training alone | "
              "CPU s: driver + env runners + learner | wall s, whole run |",
              "|---|---|---|---|---|"]
-    for variant in ("plain", "otel_rl"):
+    for variant in s:
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3),
                                                               ("train_cpu_s", 3),
                                                               ("cpu_s", 1), ("wall_s", 1))]
-        name = "plain" if variant == "plain" else "under `otel-rl run` (auto)"
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-             f"{r[k]['per_round_max']:.3f})" for k in KEYS]
-    lines.append("| otel_rl / plain (per-round spread) | " + " | ".join(cells) + " |")
-    cells = ["{:.3f} [{:.3f}–{:.3f}]".format(*r[k]["per_round_median_ci"])
-             for k in KEYS]
-    lines.append("| per-round ratio, median [95 % CI] | " + " | ".join(cells) + " |")
+        lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
+    for variant, r in ratios.items():
+        cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
+                 f"{r[k]['per_round_max']:.3f})" for k in KEYS]
+        lines.append(f"| {variant} / plain (per-round spread) | " + " | ".join(cells) + " |")
+        cells = ["{:.3f} [{:.3f}–{:.3f}]".format(*r[k]["per_round_median_ci"])
+                 for k in KEYS]
+        lines.append(f"| {variant} / plain, per-round median [95 % CI] | "
+                     + " | ".join(cells) + " |")
     return "\n".join([*failed_checks_lines(results), *lines])
 
 
@@ -154,14 +169,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="3 rounds of 5 iterations")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--seed", type=int, default=0, help="of the variant order per round")
+    variants_argument(parser)
     args = parser.parse_args()
     rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
     python = venv_python("ray")
     order = random.Random(args.seed)
-    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "otel_rl": []}
+    runs: dict[str, list[dict[str, Any]]] = {
+        v: [] for v in ("plain", "otel_rl", *also(args.also))}
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:
         for i in range(rounds):
-            variants = ["plain", "otel_rl"]
+            variants = list(runs)
             order.shuffle(variants)
             for variant in variants:
                 row = one_run(python, variant, iterations, workdir)

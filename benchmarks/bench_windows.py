@@ -1,6 +1,6 @@
 """The main process's CPU per worker record under `auto`: relay decode + the time windows.
 
-    python benchmarks/bench_windows.py [--quick] [--smoke] [--json FILE]
+    python benchmarks/bench_windows.py [--quick] [--smoke] [--own] [--json FILE]
 
 Two relaying workers' batches shaped like a Sample Factory rollout worker's (short blocks
 under a few parents, one in 500 with an extra, an occasional long block or outlier), one
@@ -11,6 +11,10 @@ windows (`windows.py` at ``BEFORE``, read from git), now (relayed batches placed
 their columns, `windows_bulk`), and now record by record (``bulk = False``). Interleaved
 rounds, medians of ``time.process_time``, the garbage collector on. Checks: the three export
 the same records (ids, parents, times, extras, order) and keep the same windows.
+
+``--own``: the same records as the main process's own drained batches (no relay frame, no
+columns: the real ML-Agents run's main process records most of its blocks itself); "now" gives
+them columns first (`windows_bulk.with_columns`).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ SECOND = 1_000_000_000
 EPOCH = 1_750_000_000 * SECOND  # records carry perf_counter ns; the offset makes epoch ns
 
 
-def make_frames(seconds: int, rate: int) -> list[list[bytes]]:
-    """Per flush, each worker's batch as the relay frame body the main process reads."""
+def make_frames(seconds: int, rate: int, own: bool = False) -> list[list[Any]]:
+    """Per flush, each worker's batch as the relay frame body the main process reads (`own`:
+    as the batch itself)."""
     rng = random.Random(19)
     names = [f"block_{i}" for i in range(20)]
     flushes = []
@@ -61,7 +66,8 @@ def make_frames(seconds: int, rate: int) -> list[list[bytes]]:
                                 0xBEEF, extra))
             batch = Batch({semconv.PROCESS_PID: pid, "service.name": "bench"}, EPOCH,
                           records, {9000 + pid: "MainThread"})
-            frames.append(relay.encode_columns(batch)[relay.FRAME_HEADER.size:])
+            frames.append(batch if own else
+                          relay.encode_columns(batch)[relay.FRAME_HEADER.size:])
         flushes.append(frames)
     return flushes
 
@@ -75,14 +81,22 @@ def windower(module: Any, bulk: bool) -> Any:
     return w
 
 
-def one_round(module: Any, bulk: bool, flushes: list[list[bytes]]) -> tuple[float, Any]:
-    """CPU seconds to decode and window every flush; and what was exported."""
+def received(frame: Any) -> Batch:
+    """A flush's batch as the main process has it: decoded from its frame, or (its own) a
+    fresh copy of the drained batch."""
+    if isinstance(frame, Batch):
+        return Batch(frame.resource, frame.offset_ns, list(frame.records), frame.thread_names)
+    return relay.decode_columns(frame)
+
+
+def one_round(module: Any, bulk: bool, flushes: list[list[Any]]) -> tuple[float, Any]:
+    """CPU seconds to decode (or copy) and window every flush; and what was exported."""
     w = windower(module, bulk)
     out = []
     gc.collect()
     start = time.process_time()
     for s, frames in enumerate(flushes):
-        batches = [relay.decode_columns(frame) for frame in frames]
+        batches = [received(frame) for frame in frames]
         out.extend(w.process(batches, EPOCH + 10**12 + (s + 1) * SECOND))
     out.extend(w.process([], EPOCH + 10**12 + (len(flushes) + 3) * SECOND, final=True))
     elapsed = time.process_time() - start
@@ -93,6 +107,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--own", action="store_true",
+                        help="the batches as the main process's own, not relayed")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     rounds, seconds, rate = (2, 3, 2000) if args.smoke else (5, 30, 10_000) if args.quick \
@@ -102,7 +118,7 @@ def main() -> int:
                                              "now, record by record": (windows_now, False)}
     if before is not None:
         variants["before"] = (before, False)
-    flushes = make_frames(seconds, rate)
+    flushes = make_frames(seconds, rate, args.own)
     n = seconds * rate * 2
     outputs = {name: one_round(module, bulk, flushes)[1]
                for name, (module, bulk) in variants.items()}
@@ -125,7 +141,7 @@ def main() -> int:
     summary = {name: {"checks": checks[name], "median": statistics.median(times[name]),
                       "min": min(times[name]), "max": max(times[name])} for name in variants}
     kept = reference[1]
-    results = {"rounds": rounds, "records": n, "seconds": seconds, "before": BEFORE,
+    results = {"rounds": rounds, "records": n, "own": args.own, "seconds": seconds, "before": BEFORE,
                "kept": {str(k): v for k, v in kept.items()},
                "exported": sum(len(records) for _resource, records in reference[0]),
                "summary": summary}
@@ -134,9 +150,11 @@ def main() -> int:
 
 def render(results: dict[str, Any]) -> str:
     s = results["summary"]
+    title = ("#### The main process per record of its own: `auto` windows, "
+             if results.get("own") else
+             "#### The main process per worker record: relay decode + `auto` windows, ")
     lines = [*failed_checks_lines(results),
-             f"#### The main process per worker record: relay decode + `auto` windows, "
-             f"{results['records']:,} records over {results['seconds']} s, "
+             title + f"{results['records']:,} records over {results['seconds']} s, "
              f"{results['rounds']} interleaved rounds (µs CPU per record, median, min–max); "
              f"{len(results['kept'])} windows kept, {results['exported']:,} spans exported", "",
              "| windows | µs per record | × before |", "|---|---|---|"]

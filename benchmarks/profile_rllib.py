@@ -2,7 +2,8 @@
 per otel_rl component, fixed cost split from per-iteration cost.
 
     python benchmarks/profile_rllib.py [--iterations 5,20] [--rounds 1] [--rate 0|100]
-                                       [--variants plain,otel_rl] [--json FILE]
+                                       [--variants plain,otel_rl,spans_off,disabled]
+                                       [--json FILE]
 
 Runs ``tests/frameworks/rllib_train.py`` (RLlib 2.60 PPO CartPole, new API stack, 2 env
 runners, a Learner actor; the venv of ``scripts/setup-frameworks.sh ray``) with this
@@ -31,6 +32,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from bench_sample_factory import VARIANTS
 from profile_sf import ProcWatch, parse_raw
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,6 +68,7 @@ def one_run(variant: str, iterations: int, rate: int, workdir: str, src: str = R
     env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
     env["PYTHONPATH"] = src
+    env.update(VARIANTS.get(variant, {}))  # spans_off, disabled
     results = os.path.join(workdir, f"{variant}-{iterations}.json")
     out = os.path.join(workdir, f"otel-{variant}")
     shutil.rmtree(out, ignore_errors=True)

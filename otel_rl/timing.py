@@ -421,6 +421,10 @@ _PURE: list[tuple[type, str, Any]] = [
 ]
 
 
+#: The compiled Timing's failure to install, once it was reported.
+_warned: list[Exception] = []
+
+
 def _use_accelerator(on: bool) -> bool:
     """Run Timing's common path compiled (`otel_rl/_internal/_timingacc.c`, the same results)
     when `on` and it is built, else the pure Python above; whether the compiled one is in use.
@@ -433,8 +437,10 @@ def _use_accelerator(on: bool) -> bool:
             compiled = module.install(AttrDict, Timing, TimingContext, globals(),
                                       *(pure for _, _, pure in _PURE))
         except Exception as exc:  # a build that does not fit this module: stay pure
-            _logger.warning("otel_rl: the compiled Timing does not load (%s: %s); Timing runs "
-                            "pure Python", type(exc).__name__, exc)
+            if not _warned:  # once per process, not at every `configure`
+                _warned.append(exc)
+                _logger.warning("otel_rl: the compiled Timing does not load (%s: %s); Timing "
+                                "runs pure Python", type(exc).__name__, exc)
     for cls, name, pure in _PURE:
         setattr(cls, name, compiled.get(pure, pure))
     return accelerated()

@@ -324,6 +324,11 @@ def test_otel_rl_says_which_hot_path_it_runs() -> None:
                          text=True, env={**env, "OTEL_RL_ACCELERATOR": "true"}, timeout=60,
                          check=True)
     assert "hot path: compiled" in cli.stdout
+    assert "Sample Factory Timing: compiled (otel_rl._internal._timingacc)" in cli.stdout
+    cli = subprocess.run([sys.executable, "-m", "otel_rl", "--version"], capture_output=True,
+                         text=True, env={**env, "OTEL_RL_ACCELERATOR": "false"}, timeout=60,
+                         check=True)
+    assert cli.stdout.count("pure Python (the accelerator setting is off)") == 2
 
 
 @pytest.fixture
@@ -367,3 +372,9 @@ def test_pip_install_without_a_compiler_runs_the_pure_path(project_copy: Path,
     assert path == "pure Python (the compiled hot path is not built)"
     assert (count, built, pure_metrics) == ("1", "[]", "True")  # the metrics' columns: pure
     assert pure_timing == "False True"  # Sample Factory's Timing: pure, and timing
+    version = subprocess.run([python, "-m", "otel_rl", "--version"], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path, env=env)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip().endswith(
+        "(hot path: pure Python (the compiled hot path is not built); Sample Factory Timing: "
+        "pure Python (the compiled Timing is not built))")

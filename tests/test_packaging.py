@@ -90,5 +90,6 @@ def test_sdist_and_wheel_build_without_warnings_and_the_wheel_installs_and_runs(
     usage = _run(venv / "bin" / "otel-rl", "--help", cwd=tmp_path)
     assert usage.startswith("usage: otel-rl") and "demo" in usage
     version = _run(venv / "bin" / "otel-rl", "--version", cwd=tmp_path)
-    assert re.fullmatch(r"otel-rl \S+ \(hot path: compiled \(otel_rl._internal._hotpath\)\)",
+    assert re.fullmatch(r"otel-rl \S+ \(hot path: compiled \(otel_rl._internal._hotpath\); "
+                        r"Sample Factory Timing: compiled \(otel_rl._internal._timingacc\)\)",
                         version.strip())

@@ -422,10 +422,13 @@ def test_a_compiled_timing_that_does_not_install_leaves_timing_pure(
             raise TypeError("TimingContext._key is not a writable slot")
 
     monkeypatch.setattr(accel, "compiled", lambda name="_hotpath": Misfit)
+    monkeypatch.setattr(ot, "_warned", [])
     with caplog.at_level(logging.WARNING, logger="otel_rl"):
         assert ot._use_accelerator(True) is False
+        assert ot._use_accelerator(True) is False  # (each `configure` asks again)
     assert not ot.accelerated()
     assert "the compiled Timing does not load (TypeError: TimingContext._key" in caplog.text
+    assert caplog.text.count("does not load") == 1  # said once per process
     t = ot.Timing("pure")
     with t.add_time("a"):
         pass

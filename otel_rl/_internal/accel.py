@@ -38,10 +38,11 @@ def chosen() -> bool:
     return wanted() and compiled() is not None
 
 
-def describe(active: bool) -> str:
-    """One line: the hot path in use and why."""
+def describe(active: bool, name: str = "_hotpath", what: str = "hot path") -> str:
+    """One line: the path in use and why (the hot path's; `name` and `what`: another compiled
+    module's, e.g. ``_timingacc``, "Timing")."""
     if active:
-        return "compiled (otel_rl._internal._hotpath)"
-    if compiled() is None:
-        return "pure Python (the compiled hot path is not built)"
+        return f"compiled (otel_rl._internal.{name})"
+    if compiled(name) is None:
+        return f"pure Python (the compiled {what} is not built)"
     return "pure Python (the accelerator setting is off)"

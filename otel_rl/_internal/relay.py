@@ -36,7 +36,7 @@ MAX_FRAME = 256 * 1024 * 1024
 _LEN = struct.Struct("!I")
 #: Record columns as arrays, in `record.FIELDS` order (the records are zipped and unzipped
 #: whole): span id, parent id, name index, start, end, thread id, trace index; extras in JSON.
-_COLUMN_CODES = ("Q", "Q", "I", "q", "q", "Q", "I")
+_COLUMN_CODES = relay_columns.CODES
 
 
 def encode_frame(kind: int, payload: Snapshot) -> bytes:

@@ -17,15 +17,19 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from otel_rl._internal import accel
+from otel_rl._internal.otlp import records as records_
 
-__all__ = ["Columns", "compiled_module", "in_use", "pure", "use", "write"]
+__all__ = ["CODES", "Columns", "compiled_module", "in_use", "pure", "typed", "use", "write"]
 
 #: (the seven columns as bytes, names in order of first appearance, trace ids likewise,
 #: positions of the records with an extra that is not None)
 Columns = tuple[bytes, list[Any], list[int], list[int]]
+#: The seven columns' array codes, in the order they are laid out: span ids, parent ids, name
+#: indexes, starts, ends, thread ids, trace indexes.
+CODES: tuple[Literal["Q", "I", "q"], ...] = ("Q", "Q", "I", "q", "q", "Q", "I")
 
 
 def compiled_module() -> ModuleType | None:
@@ -86,6 +90,23 @@ def write(records: Sequence[Any]) -> Columns:
         if made is not None:
             return made
     return pure(records)
+
+
+def typed(records: Sequence[Any]) -> records_.Columns:
+    """`records` (non-empty) as the typed columns a relayed batch arrives with, read in place
+    from `write`'s bytes: what the `auto` windows' bulk path takes (`windows_bulk`), for a
+    process's own records too. Raises what `pure` raises on records it cannot lay out."""
+    raw, names, _traces, positions = write(records)
+    n = len(records)
+    view = memoryview(raw)
+    at = 0
+    columns = []
+    for code in CODES:
+        size = n * array(code).itemsize
+        columns.append(view[at:at + size].cast(code))
+        at += size
+    sids, psids, name_idx, starts, ends, tids, _traces_idx = columns
+    return records_.Columns(sids, psids, name_idx, names, starts, ends, tids, positions)
 
 
 use(accel.wanted())

@@ -20,7 +20,7 @@ from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, OpenSpan, Record, make
-from otel_rl._internal.windows_bulk import BulkWindows, beyond
+from otel_rl._internal.windows_bulk import OWN_BULK, BulkWindows, beyond, with_columns
 
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
@@ -124,8 +124,9 @@ class Windower(BulkWindows):
     """Turns drained batches into the batches a windowed run exports (not thread-safe: the
     pipeline calls it under its flush lock)."""
 
-    #: Relayed batches (typed columns) are placed per window in bulk (`windows_bulk`);
-    #: False: record by record, as the process's own (the differential tests' reference).
+    #: Relayed batches (typed columns), and the process's own once they are `OWN_BULK` records
+    #: long (given columns), are placed per window in bulk (`windows_bulk`); False: record by
+    #: record (the differential tests' reference).
     bulk = True
 
     def __init__(self, *, run_id: str, t0_ns: int, window_s: float, every: int,
@@ -269,6 +270,8 @@ class Windower(BulkWindows):
         self._cap = 2 * self._limit()
         for batch in batches:
             key = self._source(batch)
+            if self.bulk and batch.columns is None and len(batch.records) >= OWN_BULK:
+                batch = with_columns(batch)  # this process's own records: in bulk too
             columns = batch.columns
             if self.bulk and columns is not None and len(columns.sids) == len(batch.records):
                 self.take_columns(key, batch)

@@ -1,10 +1,12 @@
-"""The `auto` windows' work on a relayed batch, in bulk on its typed columns.
+"""The `auto` windows' work on a batch, in bulk on its typed columns.
 
 A relaying worker's records arrive as columns (`otlp.records.Columns`); nearly all of them fall
 in an open window that is not kept by schedule, whose ring holds them until the window is
 decided and then, unless an outlier kept it, forgets them. Record by record that cost the main
 process about 1 µs per worker record (`Windower._take`), the largest per-block cost of the whole
-process tree in the real Sample Factory run. Here the same decisions are made per batch:
+process tree in the real Sample Factory run. Here the same decisions are made per batch
+(a process's own drained batches are given the same columns first, `with_columns`: the real
+ML-Agents run's main process records most of its blocks itself):
 
 - every record's window index, from the start/end columns (numpy);
 - the outlier statistics (per block name: count, sum, sum of squares, exact integers) and each
@@ -27,7 +29,8 @@ from collections.abc import Sequence
 from itertools import pairwise, repeat
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import relay_columns, semconv
+from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import EXTRA, SPAN_ID, Record
 
@@ -45,6 +48,23 @@ def beyond(n: int, total: int, squares: int, duration: int) -> bool:
     x = n * duration - total  # n x (duration - mean)
     return (x > 0 and 2 * n * duration > 3 * total
             and x * x * (n - 1) > 9 * n * (n * squares - total * total))
+
+
+#: A batch of a process's own records (drained, not relayed: no columns) this long or longer is
+#: given its columns and placed in bulk too (shorter ones cost numpy's per-call overhead more
+#: than they save).
+OWN_BULK = 64
+
+
+def with_columns(batch: Batch) -> Batch:
+    """`batch` of a process's own records with its typed columns (`relay_columns.typed`,
+    compiled where built), so the windows place it in bulk as a relayed batch; `batch` itself
+    where its records cannot be laid out in columns (they go record by record)."""
+    try:
+        columns = relay_columns.typed(batch.records)
+    except (TypeError, ValueError, OverflowError):
+        return batch
+    return Batch(batch.resource, batch.offset_ns, batch.records, batch.thread_names, columns)
 
 
 def _pick(records: Sequence[Record], positions: Any) -> list[Record]:

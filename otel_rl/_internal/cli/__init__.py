@@ -137,7 +137,8 @@ class _GuardedStdout:
 
 
 def _version() -> str:
-    """``otel-rl <version> (hot path: ...)``: which of the two hot paths this install runs."""
+    """``otel-rl <version> (hot path: ...; Sample Factory Timing: ...)``: which of the two hot
+    paths this install runs, and which Timing (`otel_rl.timing`, compiled or pure)."""
     from importlib import metadata
 
     from otel_rl._internal import accel  # not the recorder: the CLI reads, it does not time
@@ -146,7 +147,9 @@ def _version() -> str:
         version = metadata.version("otel-rl")
     except metadata.PackageNotFoundError:
         version = "(not installed)"
-    return f"otel-rl {version} (hot path: {accel.describe(accel.chosen())})"
+    timing = accel.wanted() and accel.compiled("_timingacc") is not None
+    return (f"otel-rl {version} (hot path: {accel.describe(accel.chosen())}; Sample Factory "
+            f"Timing: {accel.describe(timing, '_timingacc', 'Timing')})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
