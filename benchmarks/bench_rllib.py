@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -36,7 +35,7 @@ from typing import Any
 
 from _report import failed_checks_lines, finish
 from _stats import median_ci
-from bench_sample_factory import VARIANTS, also, variants_argument, venv_python
+from bench_sample_factory import VARIANTS, also, interleaved, variants_argument, venv_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -173,18 +172,10 @@ def main() -> int:
     args = parser.parse_args()
     rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
     python = venv_python("ray")
-    order = random.Random(args.seed)
-    runs: dict[str, list[dict[str, Any]]] = {
-        v: [] for v in ("plain", "otel_rl", *also(args.also))}
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:
-        for i in range(rounds):
-            variants = list(runs)
-            order.shuffle(variants)
-            for variant in variants:
-                row = one_run(python, variant, iterations, workdir)
-                runs[variant].append(row)
-                print(f"round {i + 1}/{rounds} {variant:8s} {row['it_per_s']:6.3f} it/s  "
-                      f"CPU {row['cpu_s']:5.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
+        runs = interleaved(rounds, args.seed,
+                           lambda variant: one_run(python, variant, iterations, workdir),
+                           rate="it/s", others=also(args.also), key="it_per_s")
     results = {"rounds": rounds, "iterations": iterations, "runs": runs, **summarize(runs)}
     return finish(results, args.json, render)
 

@@ -167,9 +167,10 @@ def render(results: dict[str, Any]) -> str:
 
 
 def interleaved(rounds: int, seed: int, run: Callable[[str], dict[str, Any]],
-                rate: str = "FPS", others: Sequence[str] = ()) -> dict[str, list[dict[str, Any]]]:
+                rate: str = "FPS", others: Sequence[str] = (),
+                key: str = "fps") -> dict[str, list[dict[str, Any]]]:
     """`rounds` rounds of `run(variant)`: plain, otel_rl and `others` in a shuffled order each
-    round."""
+    round (each run's `rate` printed from its row's `key`)."""
     order = random.Random(seed)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in ("plain", "otel_rl", *others)}
     for i in range(rounds):
@@ -178,7 +179,7 @@ def interleaved(rounds: int, seed: int, run: Callable[[str], dict[str, Any]],
         for variant in variants:
             row = run(variant)
             runs[variant].append(row)
-            print(f"round {i + 1}/{rounds} {variant:9s} {rate} {row['fps']:8.1f}  CPU "
+            print(f"round {i + 1}/{rounds} {variant:9s} {rate} {row[key]:8.1f}  CPU "
                   f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
     return runs
 

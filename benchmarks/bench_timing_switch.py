@@ -25,54 +25,20 @@ import tempfile
 from typing import Any
 
 from _report import failed_checks_lines, finish, package_at_revision
+from bench_timing import CHILD  # the same worker-thread Timing blocks, measured in a child
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 #: The last revision before issue 19's change to the component switch.
 BEFORE = "0c2e0b4"
 
-CHILD = r"""
-import json, sys, tempfile, threading, time
-import otel_rl
-from otel_rl.timing import Timing
-n = int(sys.argv[1])
-out = tempfile.mkdtemp()
-otel_rl.configure(output_dir=out, spans="auto")
-res = {}
-def work():
-    t = Timing("RolloutWorker_w0 profile")
-    for _ in range(1000):
-        with t.add_time("top"):
-            pass
-    start = time.process_time()
-    for _ in range(n):
-        with t.add_time("top"):
-            pass
-    res["top"] = (time.process_time() - start) / n * 1e6
-    with t.add_time("outer"):
-        start = time.process_time()
-        for _ in range(n):
-            with t.add_time("nested"):
-                pass
-        res["nested"] = (time.process_time() - start) / n * 1e6
-runner = Timing("Runner profile")
-with runner.timeit("main_loop"):
-    th = threading.Thread(target=work)
-    th.start()
-    th.join()
-otel_rl.shutdown()
-tree = json.load(open(out + "/timers.json"))
-comp = tree["children"]["main_loop"]["children"]["RolloutWorker_w0 profile"]["children"]
-res["counts"] = [comp["top"]["count"], comp["outer"]["children"]["nested"]["count"]]
-print(json.dumps(res))
-"""
-
 
 def measure(src: str, n: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = src
-    out = subprocess.run([sys.executable, "-c", CHILD, str(n)], env=env, capture_output=True,
-                         text=True, timeout=600, cwd=tempfile.gettempdir())
+    out = subprocess.run([sys.executable, "-c", CHILD, "any", "auto", str(n)], env=env,
+                         capture_output=True, text=True, timeout=600,
+                         cwd=tempfile.gettempdir())
     if out.returncode != 0:
         return {"error": out.stderr[-500:]}
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -100,7 +66,7 @@ def main() -> int:
         good = [r for r in runs if "error" not in r]
         checks = sorted({f"{name}: {r['error']}" for r in runs if "error" in r})
         checks += [f"{name}: blocks missing from timers.json: {r['counts']}" for r in good
-                   if r["counts"] != [n + 1000, n]]
+                   if r["counts"] != [n + 1000, n + 1000]]  # (1,000 warm-up blocks each)
         row: dict[str, Any] = {"checks": checks}
         for key in ("top", "nested"):
             values = [r[key] for r in good] or [0.0]
