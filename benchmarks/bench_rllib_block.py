@@ -10,7 +10,8 @@ every other round), medians of rounds and the added µs per block with a 95 % bo
 interval of the per-round difference (`_stats`):
 
 - ``plain``: RLlib's own ``log_time``, ``_set_key``, ``StatsBase.__enter__``/``__exit__``;
-- ``otel_rl``: as this checkout instruments RLlib.
+- ``otel_rl pure glue``: as this checkout instruments RLlib on the pure-Python path;
+- ``otel_rl``: as this checkout instruments RLlib (the compiled glue, where it is built).
 
 Each variant has its own logger, made while its methods are installed (how a stats object
 was named can change what RLlib's own code costs on it: on Python 3.11+ reading an object's
@@ -41,17 +42,20 @@ def main() -> int:
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
     from ray.rllib.utils.metrics.stats.base import StatsBase
 
+    from otel_rl._internal import rllib
     from otel_rl.timers import hierarchical_timer
 
-    enter, exit_, set_key = StatsBase.__enter__, StatsBase.__exit__, MetricsLogger._set_key
-    log_time = MetricsLogger.log_time
-    assert hasattr(enter, "__wrapped__"), "RLlib is not instrumented here"
+    assert StatsBase in rllib._stats_classes, "RLlib is not instrumented here"
+    enter, exit_, pure_enter, pure_exit = rllib._stats_classes[StatsBase]
+    set_key, log_time = MetricsLogger._set_key, MetricsLogger.log_time
 
     def plain(method: Any) -> Any:
         return getattr(method, "__wrapped__", method)
 
-    variants = {"plain": (plain(enter), plain(exit_), plain(log_time), plain(set_key)),
-                "otel_rl": (enter, exit_, log_time, set_key)}
+    variants = {"plain": (enter, exit_, plain(log_time), plain(set_key)),
+                "otel_rl pure glue": (pure_enter, pure_exit, log_time, set_key)}
+    if rllib.accelerated():
+        variants["otel_rl"] = (StatsBase.__enter__, StatsBase.__exit__, log_time, set_key)
 
     def install(name: str) -> None:
         (StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time,
@@ -84,7 +88,7 @@ def main() -> int:
         for name in order:
             install(name)
             results[name].append(loop(loggers[name]))
-    install("otel_rl")
+    install(list(variants)[-1])
     otel_rl.shutdown()
     print("| variant | thread CPU µs per block | added µs vs plain [95 % CI] |")
     print("|---|---|---|")

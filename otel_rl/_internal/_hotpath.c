@@ -550,6 +550,265 @@ done:
     return result;
 }
 
+/* --- RLlib's timer glue (`rllib.py`) ------------------------------------------------------
+ * `StatsBase.__enter__` / `__exit__` with an otel_rl block around RLlib's own, statement for
+ * statement `rllib._patched_enter` / `_patched_exit`: the two Python frames they cost at every
+ * RLlib timer block (thousands per iteration in each env runner) are what this saves. The
+ * timer is made and entered through its class as it stands (the hot path compiled or not, a
+ * tallied `__enter__`), the uncommon exits go to `rllib._end`, and failures to `rllib._fail`.
+ */
+
+/* What the glue of one stats class works with: a tuple the class holds as `_otel_rl_glue`
+ * (found through the type, so each patched class, and its subclasses, has its own). */
+enum {
+    G_ENTER, G_EXIT,   /* RLlib's own */
+    G_PURE_EXIT,       /* what calls the fast path does not cover go to */
+    G_TIMER,           /* hierarchical_timer */
+    G_OPEN,            /* rllib._open: .blocks, this thread's open (stats, timer) */
+    G_ENDED,           /* rllib._ENDED */
+    G_END, G_FAIL,     /* rllib._end, rllib._fail */
+    N_GLUE
+};
+static PyObject *s_otel_rl_block, *s_blocks, *s___enter__, *s___exit__, *s_timer_start,
+    *s_timer_end, *s_otel_rl_glue;
+
+/* The glue tuple of `self`'s class, borrowed; NULL with an exception if it has none. */
+static PyObject *
+glue_of(PyObject *self)
+{
+    PyObject *g = _PyType_Lookup(Py_TYPE(self), s_otel_rl_glue);
+    if (g == NULL || !PyTuple_CheckExact(g) || PyTuple_GET_SIZE(g) != N_GLUE) {
+        PyErr_Format(PyExc_TypeError, "%R has no otel_rl RLlib glue", (PyObject *)Py_TYPE(self));
+        return NULL;
+    }
+    return g;
+}
+#define GLUE(g, which) PyTuple_GET_ITEM(g, which)
+
+/* `except AttributeError: <quiet>` / `except Exception as exc: _fail(where, exc)`; other
+ * exceptions stay raised (-1). */
+static int
+glue_failed(PyObject *g, PyObject *where, int quiet_attribute_error)
+{
+    if (quiet_attribute_error && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *r = PyObject_CallFunctionObjArgs(GLUE(g, G_FAIL), where, value ? value : Py_None,
+                                               NULL);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The block of `self` opened and pushed on this thread's list; 0, or -1 with an exception. */
+static int
+glue_open(PyObject *g, PyObject *self, PyObject *name)
+{
+    PyObject *timer = PyObject_CallOneArg(GLUE(g, G_TIMER), name);
+    if (timer == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethodNoArgs(timer, s___enter__);
+    if (r == NULL) {
+        Py_DECREF(timer);
+        return -1;
+    }
+    Py_DECREF(r);
+    PyObject *pair = PyTuple_Pack(2, self, timer);
+    Py_DECREF(timer);
+    if (pair == NULL)
+        return -1;
+    int failed;
+    PyObject *blocks = PyObject_GetAttr(GLUE(g, G_OPEN), s_blocks);
+    if (blocks == NULL) {  /* `except AttributeError: local.blocks = [(self, timer)]` */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(pair);
+            return -1;
+        }
+        PyErr_Clear();
+        blocks = PyList_New(1);
+        if (blocks == NULL) {
+            Py_DECREF(pair);
+            return -1;
+        }
+        PyList_SET_ITEM(blocks, 0, pair);
+        failed = PyObject_SetAttr(GLUE(g, G_OPEN), s_blocks, blocks) < 0;
+        Py_DECREF(blocks);
+        return failed ? -1 : 0;
+    }
+    if (PyList_CheckExact(blocks))
+        failed = PyList_Append(blocks, pair) < 0;
+    else {
+        PyObject *r2 = PyObject_CallMethodOneArg(blocks, s_append, pair);
+        failed = r2 == NULL;
+        Py_XDECREF(r2);
+    }
+    Py_DECREF(blocks);
+    Py_DECREF(pair);
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+glue_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *g = glue_of(self);
+    if (g == NULL)
+        return NULL;
+    Py_INCREF(g);  /* the class's attribute could be replaced meanwhile */
+    PyObject *result = NULL;
+    PyObject *name = PyObject_GetAttr(self, s_otel_rl_block);  /* the class's None unless named */
+    if (name == NULL)
+        goto done;
+    if (name != Py_None && glue_open(g, self, name) < 0 &&
+        glue_failed(g, s_timer_start, 0) < 0) {
+        Py_DECREF(name);
+        goto done;
+    }
+    Py_DECREF(name);
+    result = PyObject_CallOneArg(GLUE(g, G_ENTER), self);
+done:
+    Py_DECREF(g);
+    return result;
+}
+
+/* Element `i` of the list `blocks` is a pair whose first item is `owner`. */
+static inline int
+pair_owned_by(PyObject *blocks, Py_ssize_t i, PyObject *owner)
+{
+    PyObject *pair = PyList_GET_ITEM(blocks, i);
+    return PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+        PyTuple_GET_ITEM(pair, 0) == owner;
+}
+
+/* The `finally:` of `_patched_exit`: this thread's innermost block ends if it is `self`'s,
+ * else `_end` sorts it out. 0, or -1 with an exception. */
+static int
+glue_close(PyObject *g, PyObject *self, PyObject *const *args)
+{
+    PyObject *blocks = PyObject_GetAttr(GLUE(g, G_OPEN), s_blocks);
+    if (blocks == NULL)
+        return -1;
+    int result = 0;
+    Py_ssize_t n = PyList_CheckExact(blocks) ? PyList_GET_SIZE(blocks) : -1;
+    if (n == 0)
+        goto done;
+    if (n > 0 && pair_owned_by(blocks, n - 1, self) &&
+        (n == 1 || !pair_owned_by(blocks, n - 2, GLUE(g, G_ENDED)))) {
+        /* blocks.pop(); last[1].__exit__(exc_type, exc_value, tb) */
+        PyObject *pair = PyList_GET_ITEM(blocks, n - 1);
+        Py_INCREF(pair);
+        if (PyList_SetSlice(blocks, n - 1, n, NULL) < 0) {
+            Py_DECREF(pair);
+            result = -1;
+            goto done;
+        }
+        PyObject *call[4] = {PyTuple_GET_ITEM(pair, 1), args[0], args[1], args[2]};
+        PyObject *r = PyObject_VectorcallMethod(s___exit__, call,
+                                                4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(pair);
+        if (r == NULL)
+            result = -1;
+        Py_XDECREF(r);
+        goto done;
+    }
+    if (n < 0) {  /* not a list (never made so here): `if blocks:` as Python would */
+        int truth = PyObject_IsTrue(blocks);
+        if (truth <= 0) {
+            result = truth;
+            goto done;
+        }
+    }
+    PyObject *exc_info = PyTuple_Pack(3, args[0], args[1], args[2]);
+    if (exc_info == NULL) {
+        result = -1;
+        goto done;
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(GLUE(g, G_END), self, blocks, exc_info, NULL);
+    Py_DECREF(exc_info);
+    if (r == NULL)
+        result = -1;
+    Py_XDECREF(r);
+done:
+    Py_DECREF(blocks);
+    return result;
+}
+
+static PyObject *
+glue_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *g = glue_of(self);
+    if (g == NULL)
+        return NULL;
+    Py_INCREF(g);
+    PyObject *result;
+    if (kwnames != NULL || nargs != 3) {
+        result = call_pure(GLUE(g, G_PURE_EXIT), self, args, nargs, kwnames);
+        Py_DECREF(g);
+        return result;
+    }
+    PyObject *call[4] = {self, args[0], args[1], args[2]};
+    result = PyObject_Vectorcall(GLUE(g, G_EXIT), call, 4, NULL);
+    /* finally: what RLlib's __exit__ raised stays raised, unless the glue raises past its
+     * own `except` clauses (as in Python, where that exception would replace it) */
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (result == NULL)
+        PyErr_Fetch(&type, &value, &tb);
+    if (glue_close(g, self, args) < 0 && glue_failed(g, s_timer_end, 1) < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(result);
+        result = NULL;
+    }
+    else if (result == NULL)
+        PyErr_Restore(type, value, tb);
+    Py_DECREF(g);
+    return result;
+}
+
+static PyMethodDef glue_enter_def = {
+    "__enter__", (PyCFunction)glue_enter, METH_NOARGS,
+    "__enter__($self, /)\n--\n\nRLlib's `StatsBase.__enter__` in an otel_rl block (compiled)."};
+static PyMethodDef glue_exit_def = {
+    "__exit__", (PyCFunction)(void (*)(void))glue_exit, METH_FASTCALL | METH_KEYWORDS,
+    "__exit__($self, exc_type, exc_value, tb)\n--\n\n"
+    "RLlib's `StatsBase.__exit__`, then the end of its otel_rl block (compiled)."};
+
+static PyObject *
+install_rllib(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *cls, *enter, *exit_fn, *pure_exit, *timer, *local, *ended, *end, *fail;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOO:install_rllib", &PyType_Type, &cls, &enter,
+                          &exit_fn, &pure_exit, &timer, &local, &ended, &end, &fail))
+        return NULL;
+    PyObject *g = PyTuple_Pack(N_GLUE, enter, exit_fn, pure_exit, timer, local, ended, end, fail);
+    if (g == NULL)
+        return NULL;
+    int failed = PyObject_SetAttr(cls, s_otel_rl_glue, g) < 0;
+    Py_DECREF(g);
+    if (failed)
+        return NULL;
+    PyObject *c_enter = PyDescr_NewMethod((PyTypeObject *)cls, &glue_enter_def);
+    PyObject *c_exit = PyDescr_NewMethod((PyTypeObject *)cls, &glue_exit_def);
+    PyObject *result = NULL;
+    if (c_enter && c_exit)
+        result = PyTuple_Pack(2, c_enter, c_exit);
+    Py_XDECREF(c_enter);
+    Py_XDECREF(c_exit);
+    return result;
+}
+
 /* --- install ------------------------------------------------------------------------------ */
 
 static PyMethodDef init_def = {
@@ -640,6 +899,10 @@ static PyMethodDef module_methods[] = {
      "install(timer, stack, node, trace, namespace, init, enter, tallied_enter, exit, /)\n--\n\n"
      "The compiled versions of the four pure functions, as {pure: compiled}, for the recorder's\n"
      "classes and globals."},
+    {"install_rllib", install_rllib, METH_VARARGS,
+     "install_rllib(stats, enter, exit, pure_exit, timer, local, ended, end, fail, /)\n--\n\n"
+     "The compiled `__enter__` and `__exit__` of RLlib's stats class `stats` (rllib.py's glue\n"
+     "around RLlib's own `enter` and `exit`), as a pair of its method descriptors."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
@@ -665,6 +928,13 @@ PyInit__hotpath(void)
     INTERN(s_append, "append");
     INTERN(s_get, "get");
     INTERN(s_pop, "pop");
+    INTERN(s_otel_rl_block, "_otel_rl_block");
+    INTERN(s_blocks, "blocks");
+    INTERN(s___enter__, "__enter__");
+    INTERN(s___exit__, "__exit__");
+    INTERN(s_timer_start, "timer start");
+    INTERN(s_timer_end, "timer end");
+    INTERN(s_otel_rl_glue, "_otel_rl_glue");
     if ((one = PyLong_FromLong(1)) == NULL || (nano = PyFloat_FromDouble(1e-9)) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");

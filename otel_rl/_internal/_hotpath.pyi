@@ -9,3 +9,11 @@ def install(timer: type, stack: type, node: type, trace: type, namespace: dict[s
             ) -> dict[Any, Any]:
     """The compiled `__init__`, `__enter__`, tallied `__enter__` and `__exit__` of `timer`, by
     the pure functions they stand for; they read the recorder's globals from `namespace`."""
+
+def install_rllib(stats: type, enter: Callable[..., Any], exit: Callable[..., Any],
+                  pure_exit: Callable[..., Any], timer: type, local: Any, ended: object,
+                  end: Callable[..., None], fail: Callable[[str, BaseException], None], /,
+                  ) -> tuple[Any, Any]:
+    """The compiled `__enter__` and `__exit__` of RLlib's stats class `stats` (`rllib.py`'s
+    glue around RLlib's own `enter` and `exit`), as a pair of its method descriptors; the
+    class keeps what they work with as ``_otel_rl_glue``."""

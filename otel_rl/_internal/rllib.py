@@ -13,7 +13,10 @@ connector pipelines). Patched here:
   ``_set_key``, ``log_time`` names the stats object it returns instead (per call);
 - ``StatsBase.__enter__`` / ``__exit__`` of a named stats object open and close an otel_rl block
   of that name around RLlib's own timing (ours outside, so RLlib's numbers do not include
-  otel_rl's cost); the object, RLlib's numbers and results dict are untouched otherwise;
+  otel_rl's cost); the object, RLlib's numbers and results dict are untouched otherwise. The
+  glue is compiled where the hot path is (`_hotpath.install_rllib`, statement for statement
+  `_patched_enter` / `_patched_exit` below, which it falls back on), and follows the
+  ``accelerator`` setting;
 - an ``EnvRunner`` or ``Learner`` built in a worker process (a Ray actor) names that process's
   role: ``EnvRunner`` with its ``worker_index``, ``Learner`` with its learner index, for the
   cross-worker view. The driver's local EnvRunner and Learner leave the run's role alone;
@@ -196,14 +199,61 @@ def _patched_init(original: Callable[..., Any], role: str,
     return __init__
 
 
+#: Per patched stats class: (RLlib's own ``__enter__``, ``__exit__``, the pure glue's), for
+#: `_use_accelerator` to install the compiled or the pure glue.
+_stats_classes: dict[type, tuple[Any, Any, Any, Any]] = {}
+
+
 def _patch_stats(module: ModuleType) -> None:
     cls = module.StatsBase
     # Read and set as an attribute, never through ``__dict__``: on Python 3.11+ touching an
     # instance's ``__dict__`` turns its attribute values into a real dict, and RLlib's own
     # attribute reads on that stats object get slower (+0.3 µs a block, measured).
     setattr(cls, _NAME, None)
-    cls.__enter__ = _patched_enter(cls.__enter__)
-    cls.__exit__ = _patched_exit(cls.__exit__)
+    enter, exit_ = cls.__enter__, cls.__exit__
+    _stats_classes[cls] = (enter, exit_, _patched_enter(enter), _patched_exit(exit_))
+    from otel_rl._internal import recorder
+
+    if _use_accelerator not in recorder.accelerator_hooks:
+        recorder.accelerator_hooks.append(_use_accelerator)
+    _use_accelerator_for(cls, recorder.accelerator_on())
+
+
+def _use_accelerator_for(cls: type, on: bool) -> bool:
+    """Install the compiled glue (`_hotpath.install_rllib`, the same results without the two
+    Python frames per block) on `cls` when `on` and it is built, else the pure glue above;
+    whether the compiled one is in use."""
+    from otel_rl._internal import accel
+    from otel_rl.timers import hierarchical_timer
+
+    enter, exit_, pure_enter, pure_exit = _stats_classes[cls]
+    module = accel.compiled() if on else None
+    compiled: tuple[Any, Any] | None = None
+    if module is not None and hasattr(module, "install_rllib"):
+        try:
+            compiled = module.install_rllib(cls, enter, exit_, pure_exit, hierarchical_timer,
+                                            _open, _ENDED, _end, _fail)
+        except Exception as exc:  # a build that does not fit: stay pure
+            _fail("compiled glue", exc)
+    cls.__enter__, cls.__exit__ = compiled or (pure_enter, pure_exit)  # type: ignore[attr-defined]
+    return compiled is not None
+
+
+def _use_accelerator(on: bool) -> None:
+    """`recorder.use_accelerator`'s hook: every patched stats class follows the setting."""
+    for cls in _stats_classes:
+        _use_accelerator_for(cls, on)
+
+
+def accelerated() -> bool:
+    """Whether RLlib's timer blocks run the compiled glue (False before RLlib is imported)."""
+    return any(cls.__dict__.get("__enter__") is not pure[2]
+               for cls, pure in _stats_classes.items())
+
+
+def originals(cls: type) -> tuple[Any, Any]:
+    """RLlib's own ``__enter__`` and ``__exit__`` of a patched stats class (benchmarks)."""
+    return _stats_classes[cls][0], _stats_classes[cls][1]
 
 
 def _patch_logger(module: ModuleType) -> None:

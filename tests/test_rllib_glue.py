@@ -1,0 +1,315 @@
+"""The compiled RLlib timer glue (`_hotpath.install_rllib`) against the pure one in
+`otel_rl._internal.rllib`: the same workloads give the same spans, the same timers.json and
+the same numbers on RLlib's side, exactly.
+
+RLlib itself is not needed: a stand-in for its ``StatsBase`` (``__enter__`` keeps a start per
+thread, ``__exit__`` pushes the time since, as RLlib 2.60's does, on a counting clock) is
+patched as `rllib.PATCHES` patches RLlib's. Random programs of nested ``with stats:`` blocks,
+stats objects entered and exited by hand with the outer one exited first (RLlib's connector
+pipelines), unnamed stats objects, blocks raising, an RLlib ``__exit__`` raising, a thread
+that exits a stats object it never timed, and several threads, run once on each path under
+otel_rl's deterministic clock and ids; everything a caller can see afterwards is compared
+whole. The real RLlib runs are in tests/frameworks/test_rllib.py (the compiled glue there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_rl._internal import accel, recorder, rllib
+from otel_rl.testing import capture_spans
+
+pytestmark = pytest.mark.skipif(
+    accel.compiled() is None and not os.environ.get("CI"),
+    reason="the compiled hot path is not built here (python scripts/build_accel.py)")
+
+NAMES = ("env_to_module_connector.connector_pipeline_timer",
+         "env_to_module_connector.connectors.add_states", "rlmodule_inference_timer",
+         "env_step_timer", "module_to_env_connector.connector_pipeline_timer")
+
+
+class Boom(Exception):
+    pass
+
+
+class Clock:
+    """RLlib's ``time.perf_counter`` in the stand-in: moves by one at every reading."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def stand_in() -> types.ModuleType:
+    """A module shaped like ``ray.rllib.utils.metrics.stats.base``, with a fresh class."""
+    clock = Clock()
+
+    class StatsBase:
+        def __init__(self) -> None:
+            self._start_times: dict[int, float | None] = {}
+            self.values: list[float] = []
+            self.raise_on_push = False
+
+        def push(self, value: float) -> None:
+            self.values.append(value)
+            if self.raise_on_push:
+                raise Boom("push")
+
+        def __enter__(self) -> StatsBase:
+            self._start_times[threading.get_ident()] = clock()
+            return self
+
+        def __exit__(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
+            thread_id = threading.get_ident()
+            assert self._start_times[thread_id] is not None
+            delta = clock() - self._start_times[thread_id]  # type: ignore[operator]
+            self.push(delta)
+            del self._start_times[thread_id]
+
+    StatsBase.clock = clock  # type: ignore[attr-defined]
+    module = types.ModuleType("ray.rllib.utils.metrics.stats.base")
+    module.StatsBase = StatsBase  # type: ignore[attr-defined]
+    return module
+
+
+@pytest.fixture
+def patched() -> Iterator[type]:
+    module = stand_in()
+    rllib.PATCHES["ray.rllib.utils.metrics.stats.base"](module)
+    cls = module.StatsBase  # type: ignore[attr-defined]
+    try:
+        yield cls
+    finally:
+        rllib._stats_classes.pop(cls, None)
+
+
+def program(cls: type, seed: int, events: list[Any]) -> Callable[[], list[Any]]:
+    """A random workload over named and unnamed stats objects; returns them."""
+    rng = random.Random(seed)
+    stats = []
+    for i in range(8):
+        s = cls()
+        if i < len(NAMES):
+            s._otel_rl_block = NAMES[i]  # as `MetricsLogger._set_key` names it
+        stats.append(s)
+
+    opened: set[int] = set()  # RLlib times a stats object once at a time on a thread
+
+    def block(depth: int) -> None:
+        for _ in range(rng.randint(0, 3 if depth < 4 else 0)):
+            free = [s for s in stats if id(s) not in opened]
+            if len(free) < 2:
+                return
+            s = rng.choice(free)
+            kind = rng.random()
+            if kind < 0.1:  # raises inside; caught here
+                try:
+                    with s:
+                        raise Boom("inside")
+                except Boom as exc:
+                    events.append(("caught", str(exc)))
+            elif kind < 0.2:  # by hand, the outer one exited first (connector pipelines)
+                outer, inner = rng.sample(free, 2)
+                events.append(("yields", outer.__enter__() is outer))
+                inner.__enter__()
+                outer.__exit__(None, None, None)
+                opened.add(id(inner))
+                block(depth + 1)
+                opened.discard(id(inner))
+                inner.__exit__(None, None, None)
+            elif kind < 0.25:  # RLlib's own __exit__ raises: the block still ends
+                s.raise_on_push = True
+                try:
+                    with s:
+                        opened.add(id(s))
+                        block(depth + 1)
+                        opened.discard(id(s))
+                except Boom as exc:
+                    events.append(("rllib raised", str(exc)))
+                s.raise_on_push = False
+            elif kind < 0.3:  # keyword arguments (the pure exit)
+                s.__enter__()
+                s.__exit__(exc_type=None, exc_value=None, tb=None)
+            else:
+                with s as entered:
+                    events.append(("yields", entered is s))
+                    opened.add(id(s))
+                    block(depth + 1)
+                    opened.discard(id(s))
+
+    def run() -> list[Any]:
+        block(0)
+        # Threads one after another (the clocks stay deterministic), each alive until all are
+        # done (a thread id is not reused).
+        release = threading.Event()
+        threads = []
+        for i in range(2):
+            done = threading.Event()
+
+            def work(i: int = i, done: threading.Event = done) -> None:
+                try:
+                    if i == 0:  # exits a stats object it never timed: nothing to end here
+                        unnamed = stats[-1]
+                        unnamed.__enter__()
+                        unnamed.__exit__(None, None, None)
+                    block(0)
+                finally:
+                    done.set()
+                    release.wait(60)
+
+            threads.append(threading.Thread(target=work))
+            threads[-1].start()
+            done.wait()
+        release.set()
+        for t in threads:
+            t.join()
+        block(0)
+        return stats
+
+    return run
+
+
+_VARYING = ("thread", "run_id", "run.id", "aggregate.data", "time_seconds")
+
+
+def run_on(cls: type, compiled: bool, workload: Callable[[list[Any]], Callable[[], list[Any]]],
+           tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / ("compiled" if compiled else "pure")
+    events: list[Any] = []
+    recorder.reset_for_tests()
+    cls.clock.now = 0.0  # type: ignore[attr-defined]
+    rllib._failed.clear()  # each failure is reported once per process: once per run here
+    warned: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warned.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("otel_rl").addHandler(handler)
+    try:
+        with capture_spans(output_dir=str(out)) as captured:
+            assert rllib._use_accelerator_for(cls, compiled) is compiled
+            assert rllib.accelerated() is compiled
+            stats = workload(events)()
+    finally:
+        logging.getLogger("otel_rl").removeHandler(handler)
+        rllib._use_accelerator_for(cls, recorder.accelerator_on())
+    return {
+        "events": events,
+        "warned": [w for w in warned if "RLlib" in w],
+        # (what RLlib pushed, the starts it kept: a push that raised leaves its start behind)
+        "stats": [(s.values, sorted(s._start_times.values())) for s in stats],
+        "spans": [(s.name, s.span_id, s.parent_span_id, s.start_ns, s.end_ns, s.is_error,
+                   sorted((k, v) for k, v in s.attributes.items()
+                          if not any(w in k for w in _VARYING)))
+                  for s in captured.spans],
+        "timers.json": json.loads((out / "timers.json").read_text()),
+    }
+
+
+def compare(cls: type, workload: Callable[[list[Any]], Callable[[], list[Any]]],
+            tmp_path: Path) -> dict[str, Any]:
+    compiled = run_on(cls, True, workload, tmp_path)
+    pure = run_on(cls, False, workload, tmp_path)
+    assert compiled["events"] == pure["events"]
+    assert compiled["warned"] == pure["warned"]
+    assert compiled["stats"] == pure["stats"]
+    assert compiled["spans"] == pure["spans"]
+    assert compiled["timers.json"].get("children") == pure["timers.json"].get("children")
+    return compiled
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_workloads_give_the_same_spans_timers_json_and_rllib_numbers(
+        patched: type, seed: int, tmp_path: Path) -> None:
+    result = compare(patched, lambda events: program(patched, seed, events), tmp_path)
+    names = {s[0] for s in result["spans"]}
+    assert names & set(NAMES), "the workload made RLlib blocks"
+    assert result["warned"] == [], "nothing failed"
+    assert any(values for values, _ in result["stats"]), "RLlib's own numbers were pushed"
+
+
+def test_an_outer_stats_object_exited_first_still_nests(patched: type, tmp_path: Path) -> None:
+    def workload(events: list[Any]) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
+            outer, inner, after = patched(), patched(), patched()
+            outer._otel_rl_block, inner._otel_rl_block = "pipeline", "connector"
+            after._otel_rl_block = "after"
+            outer.__enter__()
+            inner.__enter__()
+            outer.__exit__(None, None, None)  # before the block opened inside it
+            inner.__exit__(None, None, None)
+            with after:
+                pass
+            return [outer, inner, after]
+        return run
+
+    result = compare(patched, workload, tmp_path)
+    children = result["timers.json"]["children"]
+    assert set(children) == {"pipeline", "after"}, "back at the root after the pair"
+    assert set(children["pipeline"]["children"]) == {"connector"}
+    assert [values for values, _ in result["stats"]] == [[2.0], [2.0], [1.0]]
+
+
+def test_a_failing_block_leaves_rllib_alone_and_is_reported_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        def __init__(self, name: str) -> None:
+            if name == "make":
+                raise RuntimeError("cannot make")
+
+        def __enter__(self) -> None:
+            pass
+
+        def __exit__(self, *exc: object) -> None:
+            raise KeyError("cannot exit")
+
+    def workload(events: list[Any]) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
+            made = [patched() for _ in range(3)]
+            for s, name in zip(made, ("make", "exit", "make"), strict=True):
+                s._otel_rl_block = name
+                with s:
+                    pass
+            events.append(sorted(r.getMessage() for r in caplog.records
+                                 if "RLlib timer" in r.getMessage()))
+            caplog.clear()
+            return made
+        return run
+
+    # The timer class the glue makes blocks with, broken on both paths (taken when patched).
+    monkeypatch.setattr("otel_rl.timers.hierarchical_timer", Broken)
+    module = stand_in()
+    rllib.PATCHES["ray.rllib.utils.metrics.stats.base"](module)
+    patched = module.StatsBase  # type: ignore[attr-defined]
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_rl"):
+            result = compare(patched, workload, tmp_path)
+    finally:
+        rllib._stats_classes.pop(patched, None)
+    assert result["events"][0] == [
+        "otel_rl: RLlib timer end: KeyError('cannot exit'); RLlib runs on without it",
+        "otel_rl: RLlib timer start: RuntimeError('cannot make'); RLlib runs on without it"]
+    assert [values for values, _ in result["stats"]] == [[1.0], [1.0], [1.0]]
+
+
+def test_the_accelerator_setting_switches_the_glue(patched: type) -> None:
+    try:
+        assert recorder.use_accelerator(False) is False
+        assert not rllib.accelerated()
+        assert patched.__enter__ is rllib._stats_classes[patched][2]
+        recorder.use_accelerator(True)
+        assert rllib.accelerated() is (accel.compiled() is not None)
+    finally:
+        recorder.use_accelerator(accel.wanted())
