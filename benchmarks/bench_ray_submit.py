@@ -16,8 +16,18 @@ each variant once per round, A-B-...-B-A (the order reversed every other round):
   the longer name costs Ray: its options handling and the task spec's serialization);
 - ``on``: otel_rl's submit wrapper, the call carrying the caller's context.
 
+Two modes (``--mode``):
+
+- ``gated`` (default): while the batches are submitted, an actor holds both of Ray's CPUs, so
+  no task runs: the submitting thread is measured alone, not beside the workers running the
+  calls it just made (on 2 cores their work, and the extra work a carried context gives them,
+  shows up in the submitting thread's CPU time). After each round the pending calls are
+  cancelled and the actor killed (outside the timing);
+- ``loaded``: the calls run as they are submitted (the first form of this bench).
+
 Reported: µs per call over the round's calls (median of rounds), the per-round difference to
-``off`` with a 95 % bootstrap interval of its median (`_stats`).
+``off`` with a 95 % bootstrap interval of its median (`_stats`), and that difference over
+``off`` as a percentage (the per-round ratio, its median and interval).
 """
 
 from __future__ import annotations
@@ -48,6 +58,14 @@ def one(x: int) -> None:
     return None
 
 
+@ray.remote(num_cpus=2)
+class Gate:
+    """Holds both CPUs while it lives: the tasks submitted meanwhile wait, none runs."""
+
+    def ready(self) -> bool:
+        return True
+
+
 VARIANTS = ("off", "wrapper", "name", "on")
 
 
@@ -55,6 +73,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--mode", choices=("gated", "loaded"), default="gated")
     parser.add_argument("--json")
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="bench-ray-submit-")
@@ -87,6 +106,11 @@ def main() -> int:
             ray.get([target.remote(1) if target is one else target.remote()
                      for _ in range(200)])
         for r in range(args.rounds):
+            gate = pending = None
+            if args.mode == "gated":
+                gate = Gate.remote()  # type: ignore[attr-defined]
+                ray.get(gate.ready.remote())
+                pending = []
             for name, target in (("f", noop), ("g", one)):
                 order = list(VARIANTS) + list(reversed(VARIANTS))
                 if r % 2:
@@ -105,24 +129,41 @@ def main() -> int:
                     per[variant].append((time.thread_time() - start) / half * 1e6)
                     owner._remote = patched
                     full()
-                    ray.get(refs)
+                    if pending is None:
+                        ray.get(refs)
+                    else:
+                        pending += refs
                 for variant in VARIANTS:
                     results[f"{name} {variant}"].append(sum(per[variant]) / 2)
+            if gate is not None and pending is not None:
+                for ref in pending:  # never run: cancelled while the gate holds the CPUs
+                    ray.cancel(ref)
+                ray.kill(gate)
+                for ref in pending:
+                    try:
+                        ray.get(ref)
+                    except Exception:  # cancelled
+                        pass
     ray.shutdown()
     otel_rl.shutdown()
-    lines = ["| call | variant | thread CPU µs per call | added µs vs off [95 % CI] |",
-             "|---|---|---|---|"]
+    lines = [f"{args.mode}, {args.rounds} rounds x {args.calls} calls",
+             "| call | variant | thread CPU µs per call | added µs vs off [95 % CI] "
+             "| added % of off [95 % CI] |",
+             "|---|---|---|---|---|"]
     for name, label in (("f", "`f.remote()`"), ("g", "`g.remote(1)`")):
         off = results[f"{name} off"]
         for variant in VARIANTS:
             values = results[f"{name} {variant}"]
             added = [a - b for a, b in zip(values, off, strict=True)]
+            percent = [100 * (a / b - 1) for a, b in zip(values, off, strict=True)]
             lines.append(f"| {label} | {variant} | {statistics.median(values):.2f} | "
-                         f"{fmt_ci(added, 2) if variant != 'off' else ''} |")
+                         f"{fmt_ci(added, 2) if variant != 'off' else ''} | "
+                         f"{fmt_ci(percent, 1) if variant != 'off' else ''} |")
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rounds": args.rounds, "calls": args.calls, "results": results}, f,
+            json.dump({"mode": args.mode, "rounds": args.rounds, "calls": args.calls,
+                       "results": results}, f,
                       indent=1)
     return 0
 
