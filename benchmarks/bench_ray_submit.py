@@ -7,7 +7,8 @@ One driver, otel_rl configured (``spans="all"``, files into a temporary folder),
 Ray with 2 CPUs, inside a timed block. For a no-op task without an argument (``f.remote()``)
 and with one (``g.remote(1)``), batches of ``--calls`` submissions are timed in the
 submitting thread's CPU (``time.thread_time``; the results are fetched outside the timing),
-each variant once per round, A-B-...-B-A (the order reversed every other round):
+each variant twice per round, A-B-C-D-D-C-B-A, the order rotated from round to round (every
+variant takes every place), after an untimed batch:
 
 - ``off``: Ray's own ``RemoteFunction._remote`` (otel_rl's submit patches taken out);
 - ``wrapper``: otel_rl's submit wrapper, the call carrying nothing (no open block's
@@ -112,9 +113,16 @@ def main() -> int:
                 ray.get(gate.ready.remote())
                 pending = []
             for name, target in (("f", noop), ("g", one)):
-                order = list(VARIANTS) + list(reversed(VARIANTS))
-                if r % 2:
-                    order.reverse()
+                # Each variant in each place over the rounds (rotated), A-B-C-D-D-C-B-A;
+                # first an untimed batch (what the round's first submissions set going).
+                first = list(VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)])
+                order = first + list(reversed(first))
+                warm = [target.remote(1) if target is one else target.remote()
+                        for _ in range(args.calls // 2)]
+                if pending is None:
+                    ray.get(warm)
+                else:
+                    pending += warm
                 per: dict[str, list[float]] = {v: [] for v in VARIANTS}
                 for variant in order:
                     function, setup = setups[variant]
