@@ -28,6 +28,7 @@ import pytest
 
 from otel_rl._internal import accel, recorder, rllib
 from otel_rl.testing import capture_spans
+from tests.test_timing_accel import in_turn, spans_of
 
 pytestmark = pytest.mark.skipif(
     accel.compiled() is None and not os.environ.get("CI"),
@@ -150,39 +151,19 @@ def program(cls: type, seed: int, events: list[Any]) -> Callable[[], list[Any]]:
                     block(depth + 1)
                     opened.discard(id(s))
 
+    def untimed_then_block() -> None:
+        unnamed = stats[-1]  # exits a stats object it never timed: nothing to end here
+        unnamed.__enter__()
+        unnamed.__exit__(None, None, None)
+        block(0)
+
     def run() -> list[Any]:
         block(0)
-        # Threads one after another (the clocks stay deterministic), each alive until all are
-        # done (a thread id is not reused).
-        release = threading.Event()
-        threads = []
-        for i in range(2):
-            done = threading.Event()
-
-            def work(i: int = i, done: threading.Event = done) -> None:
-                try:
-                    if i == 0:  # exits a stats object it never timed: nothing to end here
-                        unnamed = stats[-1]
-                        unnamed.__enter__()
-                        unnamed.__exit__(None, None, None)
-                    block(0)
-                finally:
-                    done.set()
-                    release.wait(60)
-
-            threads.append(threading.Thread(target=work))
-            threads[-1].start()
-            done.wait()
-        release.set()
-        for t in threads:
-            t.join()
+        in_turn([untimed_then_block, lambda: block(0)])
         block(0)
         return stats
 
     return run
-
-
-_VARYING = ("thread", "run_id", "run.id", "aggregate.data", "time_seconds")
 
 
 def run_on(cls: type, compiled: bool, workload: Callable[[list[Any]], Callable[[], list[Any]]],
@@ -209,10 +190,7 @@ def run_on(cls: type, compiled: bool, workload: Callable[[list[Any]], Callable[[
         "warned": [w for w in warned if "RLlib" in w],
         # (what RLlib pushed, the starts it kept: a push that raised leaves its start behind)
         "stats": [(s.values, sorted(s._start_times.values())) for s in stats],
-        "spans": [(s.name, s.span_id, s.parent_span_id, s.start_ns, s.end_ns, s.is_error,
-                   sorted((k, v) for k, v in s.attributes.items()
-                          if not any(w in k for w in _VARYING)))
-                  for s in captured.spans],
+        "spans": spans_of(captured),
         "timers.json": json.loads((out / "timers.json").read_text()),
     }
 

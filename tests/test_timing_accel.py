@@ -92,6 +92,29 @@ def observe(timing: Any) -> dict[str, Any]:
     }
 
 
+def in_turn(works: list[Callable[[], object]]) -> None:
+    """Run each of `works` on a thread of its own, one after another (the clocks stay
+    deterministic), each thread alive until all are done (a thread id is not reused)."""
+    release = threading.Event()
+    threads = []
+    for work in works:
+        done = threading.Event()
+
+        def run(work: Callable[[], object] = work, done: threading.Event = done) -> None:
+            try:
+                work()
+            finally:
+                done.set()
+                release.wait(60)
+
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+        done.wait()
+    release.set()
+    for t in threads:
+        t.join()
+
+
 def program(seed: int, events: list[Any]) -> Callable[[], list[Any]]:
     """A random workload over several Timings; returns the Timings it made."""
     rng = random.Random(seed)
@@ -147,28 +170,9 @@ def program(seed: int, events: list[Any]) -> Callable[[], list[Any]]:
         main = ot.Timing("Runner profile")
         timings.append(main)
         with main.timeit("main_loop"):
-            # Threads one after another (the clocks stay deterministic), each alive until all
-            # are done (a thread id is not reused).
-            release = threading.Event()
-            threads = []
-            for i in range(2):
-                worker = ot.Timing(f"RolloutWorker_w{i} profile")
-                timings.append(worker)
-                done = threading.Event()
-
-                def work(worker: Any = worker, done: threading.Event = done) -> None:
-                    try:
-                        block(worker, 0)
-                    finally:
-                        done.set()
-                        release.wait(60)
-
-                threads.append(threading.Thread(target=work))
-                threads[-1].start()
-                done.wait()
-            release.set()
-            for t in threads:
-                t.join()
+            workers = [ot.Timing(f"RolloutWorker_w{i} profile") for i in range(2)]
+            timings.extend(workers)
+            in_turn([lambda worker=worker: block(worker, 0) for worker in workers])
             block(main, 1)
         sub = SubTiming("Learner profile")
         timings.append(sub)
