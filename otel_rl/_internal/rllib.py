@@ -251,10 +251,6 @@ def accelerated() -> bool:
                for cls, pure in _stats_classes.items())
 
 
-def originals(cls: type) -> tuple[Any, Any]:
-    """RLlib's own ``__enter__`` and ``__exit__`` of a patched stats class (benchmarks)."""
-    return _stats_classes[cls][0], _stats_classes[cls][1]
-
 
 def _patch_logger(module: ModuleType) -> None:
     cls = module.MetricsLogger
