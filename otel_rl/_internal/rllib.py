@@ -251,7 +251,6 @@ def accelerated() -> bool:
                for cls, pure in _stats_classes.items())
 
 
-
 def _patch_logger(module: ModuleType) -> None:
     cls = module.MetricsLogger
     if callable(getattr(cls, "_set_key", None)):  # RLlib 2.60: name stats objects once
