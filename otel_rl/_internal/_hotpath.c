@@ -135,6 +135,63 @@ hot_global(int which)
     return value;
 }
 
+/* `local.<name>` of a plain `threading.local` (`_thread._local`), a new reference; NULL with
+ * AttributeError if this thread has not set it (NULL with another exception on failure).
+ * Read from this thread's instance dict of `local` (what `local.__dict__` gives: for the
+ * exact type nothing else in its lookup can answer first), which a few cache entries keep
+ * per (local, thread): a block reads the recorder's `_local.stack`, RLlib's glue its
+ * `_open.blocks`, and `_thread._local`'s own attribute lookup is most of their cost. A
+ * thread's dict stays the same object while the thread lives (`__dict__` cannot be
+ * rebound), and thread state ids are never reused, so an entry is never wrong: it only
+ * outlives its thread. Any other object goes through getattr. */
+typedef struct {
+    PyObject *local;   /* strong */
+    uint64_t thread;   /* PyThreadState_GetID */
+    PyObject *dict;    /* strong */
+} LocalDict;
+#define N_LOCAL_DICTS 4
+static LocalDict local_dicts[N_LOCAL_DICTS];
+static unsigned int local_dicts_next;
+static PyTypeObject *local_type;  /* _thread._local */
+static PyObject *s___dict__;
+
+static PyObject *
+thread_attr(PyObject *local, PyObject *name)
+{
+    if (Py_TYPE(local) != local_type)
+        return PyObject_GetAttr(local, name);
+    uint64_t thread = PyThreadState_GetID(PyThreadState_Get());
+    PyObject *dict = NULL;
+    for (int i = 0; i < N_LOCAL_DICTS; i++)
+        if (local_dicts[i].local == local && local_dicts[i].thread == thread) {
+            dict = local_dicts[i].dict;
+            break;
+        }
+    if (dict == NULL) {
+        PyObject *d = PyObject_GetAttr(local, s___dict__);
+        if (d == NULL)
+            return NULL;
+        if (!PyDict_CheckExact(d)) {
+            Py_DECREF(d);
+            return PyObject_GetAttr(local, name);
+        }
+        LocalDict *e = &local_dicts[local_dicts_next++ % N_LOCAL_DICTS];
+        Py_INCREF(local);
+        Py_XSETREF(e->local, local);
+        e->thread = thread;
+        Py_XSETREF(e->dict, d);
+        dict = d;
+    }
+    PyObject *value = PyDict_GetItemWithError(dict, name);
+    if (value == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_AttributeError, "'_thread._local' object has no attribute '%U'",
+                         name);
+        return NULL;
+    }
+    return Py_NewRef(value);
+}
+
 /* perf_counter_ns() as the recorder sees it: natively while it is time.perf_counter_ns (the
  * same clock CPython reads), else by calling it (otel_rl.testing's deterministic clock). */
 static PyObject *
@@ -204,7 +261,7 @@ enter(PyObject *self, int tallied)
         PyObject *local = hot_global(G_LOCAL);
         if (local == NULL)
             return NULL;
-        st = PyObject_GetAttr(local, s_stack);
+        st = thread_attr(local, s_stack);
         Py_DECREF(local);
         if (st == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError))
@@ -339,32 +396,36 @@ static int
 add_time(PyObject *node, PyObject *start, PyObject *end)
 {
     PyObject *elapsed = NULL, *total = NULL, *sum = NULL, *count = NULL;
-    int ok = 0;
+    int ok = 0, native = 0;
+    double seconds = 0.0;
     if (PyLong_CheckExact(start) && PyLong_CheckExact(end)) {
         /* PyLong_AsLong: on 64-bit Linux as wide, and faster on 3.10/3.11 */
         long long s = PyLong_AsLong(start), e = PyLong_AsLong(end);
-        if ((s == -1 || e == -1) && PyErr_Occurred()) {  /* past 64 bits: as Python does */
+        if ((s == -1 || e == -1) && PyErr_Occurred())  /* past 64 bits: as Python does */
             PyErr_Clear();
-            goto generic;
+        else {
+            seconds = (double)(e - s) * 1e-9;  /* float(end - start) * 1e-9, as Python */
+            native = 1;
         }
-        elapsed = PyFloat_FromDouble((double)(e - s) * 1e-9);
     }
+    if ((total = get(node, N_TOTAL)) == NULL)
+        goto done;
+    if (native && PyFloat_CheckExact(total))  /* the common case: no float for the elapsed */
+        sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(total) + seconds);
     else {
-generic:
-        {
+        if (native)
+            elapsed = PyFloat_FromDouble(seconds);
+        else {
             PyObject *diff = PyNumber_Subtract(end, start);
             if (diff == NULL)
-                return -1;
+                goto done;
             elapsed = PyNumber_Multiply(diff, nano);
             Py_DECREF(diff);
         }
-    }
-    if (elapsed == NULL || (total = get(node, N_TOTAL)) == NULL)
-        goto done;
-    if (PyFloat_CheckExact(total))
-        sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(total) + PyFloat_AS_DOUBLE(elapsed));
-    else
+        if (elapsed == NULL)
+            goto done;
         sum = PyNumber_InPlaceAdd(total, elapsed);
+    }
     if (sum == NULL || set(node, N_TOTAL, sum) < 0)
         goto done;
     Py_CLEAR(sum);
@@ -571,6 +632,72 @@ enum {
 };
 static PyObject *s_otel_rl_block, *s_blocks, *s___enter__, *s___exit__, *s_timer_start,
     *s_timer_end, *s_otel_rl_glue;
+static PyObject *s___init__;
+static PyMethodDef init_def, enter_def, tallied_enter_def, exit_def;
+
+/* Whether `descr` (borrowed, may be NULL) is a method descriptor of `def`. */
+static inline int
+is_compiled(PyObject *descr, PyMethodDef *def)
+{
+    return descr != NULL && Py_IS_TYPE(descr, &PyMethodDescr_Type) &&
+        ((PyMethodDescrObject *)descr)->d_method == def;
+}
+
+/* `timer_class(name)` then `timer.__enter__()`, the timer returned (a new reference) or NULL.
+ * Where the class runs this module's `__init__` and `__enter__` (compiled hot path) and its
+ * objects are made by `object.__new__` and have no instance dict, they are called directly:
+ * what `type.__call__` and the method lookup would do, without their layers (the timer class
+ * as it stands is still what decides: pure, compiled, tallied or not, or another class). */
+static PyObject *
+timer_open(PyObject *timer_class, PyObject *name)
+{
+    PyTypeObject *tt = (PyTypeObject *)timer_class;
+    if (PyType_Check(timer_class) && tt->tp_new == PyBaseObject_Type.tp_new &&
+        tt->tp_dictoffset == 0 && !(tt->tp_flags & Py_TPFLAGS_IS_ABSTRACT) &&
+        is_compiled(_PyType_Lookup(tt, s___init__), &init_def)) {
+        PyObject *enter_descr = _PyType_Lookup(tt, s___enter__);
+        int tallied = is_compiled(enter_descr, &tallied_enter_def);
+        if (tallied || is_compiled(enter_descr, &enter_def)) {
+            PyObject *timer = tt->tp_alloc(tt, 0);
+            if (timer == NULL)
+                return NULL;
+            PyObject *r = timer_init(timer, &name, 1, NULL);
+            if (r == NULL) {
+                Py_DECREF(timer);
+                return NULL;
+            }
+            Py_DECREF(r);
+            if ((r = enter(timer, tallied)) == NULL) {
+                Py_DECREF(timer);
+                return NULL;
+            }
+            Py_DECREF(r);
+            return timer;
+        }
+    }
+    PyObject *timer = PyObject_CallOneArg(timer_class, name);
+    if (timer == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(timer, s___enter__);
+    if (r == NULL) {
+        Py_DECREF(timer);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return timer;
+}
+
+/* `timer.__exit__(*args)` (3 arguments), directly where it is this module's. */
+static PyObject *
+timer_close(PyObject *timer, PyObject *const *args)
+{
+    PyTypeObject *tt = Py_TYPE(timer);
+    if (tt->tp_dictoffset == 0 && is_compiled(_PyType_Lookup(tt, s___exit__), &exit_def))
+        return timer_exit(timer, args, 3, NULL);
+    PyObject *call[4] = {timer, args[0], args[1], args[2]};
+    return PyObject_VectorcallMethod(s___exit__, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
 
 /* The glue tuple of `self`'s class, borrowed; NULL with an exception if it has none. */
 static PyObject *
@@ -616,21 +743,15 @@ glue_failed(PyObject *g, PyObject *where, int quiet_attribute_error)
 static int
 glue_open(PyObject *g, PyObject *self, PyObject *name)
 {
-    PyObject *timer = PyObject_CallOneArg(GLUE(g, G_TIMER), name);
+    PyObject *timer = timer_open(GLUE(g, G_TIMER), name);
     if (timer == NULL)
         return -1;
-    PyObject *r = PyObject_CallMethodNoArgs(timer, s___enter__);
-    if (r == NULL) {
-        Py_DECREF(timer);
-        return -1;
-    }
-    Py_DECREF(r);
     PyObject *pair = PyTuple_Pack(2, self, timer);
     Py_DECREF(timer);
     if (pair == NULL)
         return -1;
     int failed;
-    PyObject *blocks = PyObject_GetAttr(GLUE(g, G_OPEN), s_blocks);
+    PyObject *blocks = thread_attr(GLUE(g, G_OPEN), s_blocks);
     if (blocks == NULL) {  /* `except AttributeError: local.blocks = [(self, timer)]` */
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
             Py_DECREF(pair);
@@ -696,7 +817,7 @@ pair_owned_by(PyObject *blocks, Py_ssize_t i, PyObject *owner)
 static int
 glue_close(PyObject *g, PyObject *self, PyObject *const *args)
 {
-    PyObject *blocks = PyObject_GetAttr(GLUE(g, G_OPEN), s_blocks);
+    PyObject *blocks = thread_attr(GLUE(g, G_OPEN), s_blocks);
     if (blocks == NULL)
         return -1;
     int result = 0;
@@ -713,9 +834,7 @@ glue_close(PyObject *g, PyObject *self, PyObject *const *args)
             result = -1;
             goto done;
         }
-        PyObject *call[4] = {PyTuple_GET_ITEM(pair, 1), args[0], args[1], args[2]};
-        PyObject *r = PyObject_VectorcallMethod(s___exit__, call,
-                                                4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *r = timer_close(PyTuple_GET_ITEM(pair, 1), args);
         Py_DECREF(pair);
         if (r == NULL)
             result = -1;
@@ -935,6 +1054,8 @@ PyInit__hotpath(void)
     INTERN(s_timer_start, "timer start");
     INTERN(s_timer_end, "timer end");
     INTERN(s_otel_rl_glue, "_otel_rl_glue");
+    INTERN(s___dict__, "__dict__");
+    INTERN(s___init__, "__init__");
     if ((one = PyLong_FromLong(1)) == NULL || (nano = PyFloat_FromDouble(1e-9)) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");
@@ -943,6 +1064,13 @@ PyInit__hotpath(void)
     real_clock = PyObject_GetAttrString(time, "perf_counter_ns");
     Py_DECREF(time);
     if (real_clock == NULL)
+        return NULL;
+    PyObject *thread = PyImport_ImportModule("_thread");
+    if (thread == NULL)
+        return NULL;
+    local_type = (PyTypeObject *)PyObject_GetAttrString(thread, "_local");
+    Py_DECREF(thread);
+    if (local_type == NULL)
         return NULL;
     PyObject *collections = PyImport_ImportModule("collections");
     if (collections == NULL)
