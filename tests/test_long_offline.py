@@ -20,6 +20,7 @@ import otel_rl
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl.timers import hierarchical_timer
 from tests.test_readers import _Server
+from tests.trees import assert_tree_is_timers_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,13 +43,6 @@ def windowed_run(out: Path, run_id: str) -> dict[str, Any]:
                     pass
     otel_rl.shutdown()
     return dict(json.loads((out / "timers.json").read_text()))
-
-
-def _ledger_apart(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(`tree` without its ledger metadata, that ledger parsed; None where it has none)."""
-    copy = json.loads(json.dumps(tree))
-    ledger = copy.get("metadata", {}).pop("otel_rl_ledger", None)
-    return copy, (json.loads(ledger) if ledger else None)
 
 
 def tempo_traces(spans_file: Path) -> dict[str, dict[str, Any]]:
@@ -79,24 +73,7 @@ def test_tree_from_tempo_by_run_id_is_the_timers_json(tempo: _Server, tmp_path: 
         tempo.routes[f"/api/v2/traces/{trace_id}"] = (200, answer)
     rc, tree, err = tree_cli("--tempo", tempo.url, "--run-id", "tempo-run-1")
     assert rc == 0, err
-    rebuilt, early = _ledger_apart(tree)
-    exact, final = _ledger_apart(written)
-    assert rebuilt == exact
-    # The spans carry the ledger as it stood when the run's last aggregate was exported; the
-    # timers.json is written again after the last flush, with the ledger as it ended. When the
-    # flush thread delivered little before shutdown (a loaded machine), that flush delivers
-    # the rest: the same losses, and in the end more delivered, never less.
-    assert (early is None) == (final is None)
-    if final is not None and early is not None:
-        assert early.keys() == final.keys() and early["sinks"].keys() == final["sinks"].keys()
-        assert early.get("upstream") == final.get("upstream")
-        for name, sink in final["sinks"].items():
-            before = early["sinks"][name]
-            assert before["lost"] == sink["lost"]
-            assert before["delivered"] <= sink["delivered"]
-            for ledger in (before, sink):
-                assert ledger["recorded"] == (ledger["delivered"] + sum(ledger["lost"].values())
-                                              + ledger["pending"])
+    assert_tree_is_timers_json(tree, written)
     run_trace = f"{derive_trace_id('tempo-run-1', 'run'):032x}"
     assert tempo.requests == [f"/api/v2/traces/{run_trace}"]  # by its derived id, no search
     window = f"{derive_trace_id('tempo-run-1', 'w0'):032x}"
