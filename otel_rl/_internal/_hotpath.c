@@ -974,6 +974,66 @@ find_field(int which, PyObject *cls, int subclasses)
     return 0;
 }
 
+/* `hierarchical_timer(name, ...)` (the class called): where the class, as it stands, runs
+ * this module's `__init__` and makes its objects with `object.__new__`, the object is
+ * allocated and `__init__`ed here (what `type.__call__` does, without its argument tuple and
+ * `slot_tp_init`'s lookup and call); anything else (keyword arguments, another `__init__` or
+ * `__new__`, the pure path) goes to `type.__call__` itself. Set as the class's
+ * `tp_vectorcall` at `install`: CPython calls it for every `hierarchical_timer(...)` (a
+ * subclass does not inherit it). */
+static PyObject *
+timer_class_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *
+timer_class_call_general(PyObject *callable, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
+{
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    PyObject *kwargs = NULL;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        if ((kwargs = PyDict_New()) == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_DECREF(tuple);
+                Py_DECREF(kwargs);
+                return NULL;
+            }
+    }
+    PyObject *result = PyType_Type.tp_call(callable, tuple, kwargs);
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+}
+
+static PyObject *
+timer_class_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyTypeObject *tt = (PyTypeObject *)callable;
+    if (kwnames == NULL && nargs >= 1 && nargs <= 3 && tt->tp_new == PyBaseObject_Type.tp_new &&
+        !(tt->tp_flags & Py_TPFLAGS_IS_ABSTRACT) &&
+        is_compiled(_PyType_Lookup(tt, s___init__), &init_def)) {
+        PyObject *timer = tt->tp_alloc(tt, 0);
+        if (timer == NULL)
+            return NULL;
+        PyObject *r = timer_init(timer, args, nargs, NULL);
+        if (r == NULL) {
+            Py_DECREF(timer);
+            return NULL;
+        }
+        Py_DECREF(r);  /* None: the fast path's only result */
+        return timer;
+    }
+    return timer_class_call_general(callable, args, nargs, kwnames);
+}
+
 static PyObject *
 install(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -998,6 +1058,7 @@ install(PyObject *Py_UNUSED(module), PyObject *args)
     Py_INCREF(exit_fn);
     Py_XSETREF(pure_exit, exit_fn);
     PyTypeObject *type = (PyTypeObject *)timer;
+    type->tp_vectorcall = timer_class_call;
     PyObject *c_init = PyDescr_NewMethod(type, &init_def);
     PyObject *c_enter = PyDescr_NewMethod(type, &enter_def);
     PyObject *c_tallied = PyDescr_NewMethod(type, &tallied_enter_def);
