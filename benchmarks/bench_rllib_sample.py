@@ -31,23 +31,9 @@ import time
 from typing import Any
 
 from _stats import fmt_ci
+from bench_rllib_inplace import _NoBlock
 
 import otel_rl
-
-
-class _NoBlock:
-    """A timer that does nothing."""
-
-    __slots__ = ()
-
-    def __init__(self, name: str) -> None:
-        pass
-
-    def __enter__(self) -> _NoBlock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def main() -> int:
