@@ -65,6 +65,8 @@ def _install(variant: str) -> int:
     module = accel.compiled()
     glue: Any = {"otel_rl": hierarchical_timer, "no_op": _NoBlock}.get(variant)
     if variant == "counted":
+        # Ray ships this function by value with a fresh copy of its globals at every call, so
+        # the count lives in a module of the worker process.
         state = sys.modules[__name__].__dict__
         state.setdefault("_entered", 0)
 
@@ -79,8 +81,10 @@ def _install(variant: str) -> int:
         StatsBase.__enter__, StatsBase.__exit__ = module.install_rllib(
             StatsBase, enter, exit_, pure_exit, glue, rllib._open, rllib._ENDED, rllib._end,
             rllib._fail)
-    else:  # the pure glue knows only otel_rl's timer
+    elif variant == "otel_rl":
         StatsBase.__enter__, StatsBase.__exit__ = pure_enter, pure_exit
+    else:  # the pure glue knows only otel_rl's timer
+        raise RuntimeError(f"variant {variant!r} needs the compiled glue")
     return int(sys.modules[__name__].__dict__.get("_entered", 0))
 
 

@@ -644,41 +644,24 @@ is_compiled(PyObject *descr, PyMethodDef *def)
 }
 
 /* `timer_class(name)` then `timer.__enter__()`, the timer returned (a new reference) or NULL.
- * Where the class runs this module's `__init__` and `__enter__` (compiled hot path) and its
- * objects are made by `object.__new__` and have no instance dict, they are called directly:
- * what `type.__call__` and the method lookup would do, without their layers (the timer class
- * as it stands is still what decides: pure, compiled, tallied or not, or another class). */
+ * The class is called as any caller calls it (for `hierarchical_timer`, its `tp_vectorcall`
+ * below); its `__enter__` is called directly where it is this module's (compiled, tallied or
+ * not) and the object has no instance dict that could hold another. */
 static PyObject *
 timer_open(PyObject *timer_class, PyObject *name)
 {
-    PyTypeObject *tt = (PyTypeObject *)timer_class;
-    if (PyType_Check(timer_class) && tt->tp_new == PyBaseObject_Type.tp_new &&
-        tt->tp_dictoffset == 0 && !(tt->tp_flags & Py_TPFLAGS_IS_ABSTRACT) &&
-        is_compiled(_PyType_Lookup(tt, s___init__), &init_def)) {
-        PyObject *enter_descr = _PyType_Lookup(tt, s___enter__);
-        int tallied = is_compiled(enter_descr, &tallied_enter_def);
-        if (tallied || is_compiled(enter_descr, &enter_def)) {
-            PyObject *timer = tt->tp_alloc(tt, 0);
-            if (timer == NULL)
-                return NULL;
-            PyObject *r = timer_init(timer, &name, 1, NULL);
-            if (r == NULL) {
-                Py_DECREF(timer);
-                return NULL;
-            }
-            Py_DECREF(r);
-            if ((r = enter(timer, tallied)) == NULL) {
-                Py_DECREF(timer);
-                return NULL;
-            }
-            Py_DECREF(r);
-            return timer;
-        }
-    }
     PyObject *timer = PyObject_CallOneArg(timer_class, name);
     if (timer == NULL)
         return NULL;
-    PyObject *r = PyObject_CallMethodNoArgs(timer, s___enter__);
+    PyTypeObject *tt = Py_TYPE(timer);
+    PyObject *r;
+    PyObject *descr = tt->tp_dictoffset == 0 ? _PyType_Lookup(tt, s___enter__) : NULL;
+    if (is_compiled(descr, &tallied_enter_def))
+        r = enter(timer, 1);
+    else if (is_compiled(descr, &enter_def))
+        r = enter(timer, 0);
+    else
+        r = PyObject_CallMethodNoArgs(timer, s___enter__);
     if (r == NULL) {
         Py_DECREF(timer);
         return NULL;
