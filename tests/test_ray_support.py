@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 from otel_rl._internal.ray_support import _shim, calls
 
@@ -96,3 +97,67 @@ def test_ray_client_calls_join_with_their_own_runtime_env_kept() -> None:
     assert client._joining_env({"runtime_env": {"env_vars": {"RAY_HOOK": "theirs"}}},
                                Bare(), late) is None
     assert late == {"env_vars": {"RAY_HOOK": "ray_runtime_env_func::abc"}}
+
+
+def test_a_submitted_call_is_named_after_the_block_open_at_each_call() -> None:
+    """The submit wrapper (Ray's ``_remote`` replaced by a stand-in that returns the name it
+    is given): a call's task name is always the one made for the block open at that call,
+    however the per-thread memo of the last call is reused."""
+    import threading
+    import types
+
+    from otel_rl.testing import capture_spans
+    from otel_rl.timers import hierarchical_timer
+
+    class Function:
+        def __init__(self, name: str) -> None:
+            self._function = types.SimpleNamespace(__name__=name)
+
+    def stand_in(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
+                 **options: Any) -> Any:
+        return options.get("name")
+
+    saved = dict(calls._original)
+    calls._original.update(task=stand_in, client_mode=lambda: False)
+    try:
+        submit = calls._submit_wrapper("task")
+        f, g = Function("f"), Function("g")
+
+        def carried(name: Any) -> tuple[str, tuple[str, ...], int]:
+            plain, _, value = name.partition(calls.MARK)
+            parsed = calls.parse(value)
+            assert parsed is not None
+            return plain, parsed[5], parsed[1]
+
+        with capture_spans(propagate=True):
+            with hierarchical_timer("a"):
+                first = submit(f, (), {})
+                assert submit(f, (), {}) is first  # the memo: the same string
+                plain, path, span_a = carried(first)
+                assert (plain, path) == ("f", ("a",))
+                assert carried(submit(g, (), {}))[:2] == ("g", ("a",))
+                assert carried(submit(f, (), {}, name="mine"))[:2] == ("mine", ("a",))
+                assert carried(submit(f, (), {}))[:2] == ("f", ("a",))
+                with hierarchical_timer("b"):
+                    assert carried(submit(f, (), {}))[:2] == ("f", ("a", "b"))
+                assert carried(submit(f, (), {})) == (plain, path, span_a)
+                with calls.internal():
+                    assert submit(f, (), {}) is None  # otel_rl's own calls carry nothing
+                again = hierarchical_timer("again")
+                spans = []
+                for _ in range(2):  # one timer object entered twice: two blocks
+                    with again:
+                        spans.append(carried(submit(f, (), {}))[2])
+                assert spans[0] != spans[1] and span_a not in spans
+                other: list[Any] = []
+                thread = threading.Thread(target=lambda: other.append(submit(f, (), {})))
+                thread.start()
+                thread.join()
+                # A thread started in the block hangs under it, as its own thread.
+                assert carried(other[0]) == carried(first) and other[0] != first
+                assert calls.parse(other[0].partition(calls.MARK)[2])[3] == thread.ident
+            assert carried(submit(f, (), {}))[1] == ()
+        assert submit(f, (), {}) is None  # otel_rl shut down
+    finally:
+        calls._original.clear()
+        calls._original.update(saved)
