@@ -152,7 +152,7 @@ def _named_again(target: Any, given: Any) -> Any:
     if last is None or last[0] is not target or made.get("internal"):
         return None
     st = _stacks.__dict__.get("stack")
-    rt = last[4]
+    rt: Runtime = last[4]
     if last[1] is not st or runtime._rt is not rt or rt.closed or last[5] != given:
         return None
     top = st.top
