@@ -137,10 +137,6 @@ def carrier_for_call() -> str | None:
         return None
 
 
-#: The thread's stacks (`recorder.thread_stack`), read directly on the submit path.
-_stacks = recorder._local
-
-
 def _named_again(target: Any, given: Any) -> Any:
     """The task name the last call made on this thread was given, if `target` is called
     again from the same open block of the same runtime with the same `given` name; None
@@ -151,12 +147,11 @@ def _named_again(target: Any, given: Any) -> Any:
     last = made.get("call")
     if last is None or last[0] is not target or made.get("internal"):
         return None
-    st = _stacks.__dict__.get("stack")
+    st = recorder.active_stack()
     rt: Runtime = last[4]
-    if last[1] is not st or runtime._rt is not rt or rt.closed or last[5] != given:
+    if last[1] is not st or runtime.current() is not rt or rt.closed or last[5] != given:
         return None
-    top = st.top
-    if top is not last[2] or top._sid != last[3] or client_mode():  # `st.span`
+    if st.top is not last[2] or st.span != last[3] or client_mode():
         return None
     return last[6]
 
