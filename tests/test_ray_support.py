@@ -161,3 +161,41 @@ def test_a_submitted_call_is_named_after_the_block_open_at_each_call() -> None:
     finally:
         calls._original.clear()
         calls._original.update(saved)
+
+
+def test_an_actor_method_call_leaves_the_actor_to_its_handles() -> None:
+    """Ray ends an actor when the program's last handle to it goes; ``handle.method`` holds
+    the handle, so the submit wrapper must not keep the method it was called on."""
+    import gc
+    import weakref
+
+    from otel_rl.testing import capture_spans
+    from otel_rl.timers import hierarchical_timer
+
+    class Handle:  # what the wrapper reads of an actor handle
+        _ray_actor_creation_function_descriptor = type("D", (), {"class_name": "m.Actor"})()
+
+    class Method:  # an ActorMethod: a new one at each ``handle.method``
+        def __init__(self, actor: Handle) -> None:
+            self._actor = actor
+            self._method_name = "step"
+
+    def stand_in(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
+                 **options: Any) -> Any:
+        return options.get("name")
+
+    saved = dict(calls._original)
+    calls._original.update(method=stand_in, client_mode=lambda: False)
+    try:
+        submit = calls._submit_wrapper("method")
+        with capture_spans(propagate=True), hierarchical_timer("a"):
+            handle = Handle()
+            name = submit(Method(handle), (), {})
+            assert name.partition(calls.MARK)[0] == "Actor.step"
+            gone = weakref.ref(handle)
+            del handle
+            gc.collect()
+            assert gone() is None
+    finally:
+        calls._original.clear()
+        calls._original.update(saved)
