@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import ast
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from otel_rl._internal.ray_support import _shim, calls
+from otel_rl._internal.ray_support.sink import RaySink
+from otel_rl._internal.sinks.base import Stats
 
 SHIM = Path(_shim.__file__)
 
@@ -199,3 +205,70 @@ def test_an_actor_method_call_leaves_the_actor_to_its_handles() -> None:
     finally:
         calls._original.clear()
         calls._original.update(saved)
+
+
+class _Collector:
+    """What a worker's pushes reach: each push's meta, in order (a stand-in for the actor)."""
+
+    def __init__(self) -> None:
+        self.metas: list[dict[str, Any]] = []
+        self.push = self
+
+    def remote(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> bool:
+        self.metas.append(dict(meta, frames=len(frames)))
+        return False  # the driver has not asked for a last delivery
+
+
+@pytest.fixture
+def pushes(monkeypatch: pytest.MonkeyPatch) -> tuple[RaySink, _Collector, list[int]]:
+    """A worker's RaySink over a stand-in of the few Ray calls it makes; [running, started]."""
+    collector = _Collector()
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(
+        is_initialized=lambda: True,
+        get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "ab" * 14),
+        get_actor=lambda name, namespace=None: collector,
+        get=lambda ref, timeout=None: ref))
+    sink = RaySink("ray:/collector", Stats())
+    calls_now = [0, 0]
+    sink.running = lambda: calls_now[0]
+    sink.started = lambda: calls_now[1]
+    return sink, collector, calls_now
+
+
+def _flush(sink: RaySink, recorded: int) -> None:
+    sink.send_snapshot({"pid": 1, "recorded": recorded})  # type: ignore[typeddict-item]
+    sink.after_flush()
+
+
+def test_a_push_says_busy_when_its_snapshot_caught_a_call_that_ended_since(
+        pushes: tuple[RaySink, _Collector, list[int]]) -> None:
+    """A call running as the snapshot is taken and ending before the push: the snapshot
+    lacks its last blocks, so the push must say busy (the driver waits for the next one).
+    Said idle, a driver ending the run then would never wait for those blocks."""
+    sink, collector, calls_now = pushes
+    calls_now[:] = [1, 1]  # a call started and runs...
+    sink.send_snapshot({"pid": 1, "recorded": 5})  # type: ignore[typeddict-item]
+    calls_now[0] = 0  # ...and ends before the push
+    sink.after_flush()
+    assert collector.metas[-1]["busy"] is True
+    _flush(sink, 6)  # the next flush: nothing ran since, the push says idle
+    assert collector.metas[-1]["busy"] is False
+    assert len(collector.metas) == 2
+
+
+def test_a_last_delivery_is_said_once_then_only_new_work_is_pushed(
+        pushes: tuple[RaySink, _Collector, list[int]]) -> None:
+    """After a final push (a process Ray is ending), flushes push nothing more unless calls
+    ran: no Ray call while Ray tears the process down."""
+    sink, collector, calls_now = pushes
+    calls_now[:] = [0, 1]
+    _flush(sink, 3)
+    sink.final = True
+    _flush(sink, 3)
+    assert [m["final"] for m in collector.metas] == [False, True]
+    for _ in range(20):  # ticks past the every-8th snapshot too
+        _flush(sink, 3)
+    assert len(collector.metas) == 2
+    calls_now[1] = 2  # a call ran after all: it is pushed
+    _flush(sink, 4)
+    assert len(collector.metas) == 3 and collector.metas[-1]["final"] is True

@@ -341,7 +341,90 @@ def late(out: str, address: str | None) -> None:
     result(**facts)
 
 
-SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late}
+class _Scoped:
+    """An actor the program lets go of right after its one call (Ray ends it within ~0.3 s,
+    before a worker's next periodic delivery)."""
+
+    def work(self, label: str, n: int) -> int:
+        for _ in range(n):
+            with timer(f"{label}_step"):
+                pass
+        return os.getpid()
+
+
+Scoped = ray.remote(_Scoped)
+
+
+@ray.remote
+class ScopedAsync:
+    async def work(self, label: str, n: int) -> int:
+        for _ in range(n):
+            with timer(f"{label}_step"):
+                await asyncio.sleep(0)
+        return os.getpid()
+
+
+@ray.remote(max_concurrency=2)
+class ScopedThreaded(_Scoped):
+    pass
+
+
+@ray.remote
+class ScopedOwnShutdown(_Scoped):
+    def __ray_shutdown__(self) -> None:  # the program's own clean-up still runs
+        with open(os.environ["SHUTDOWN_MARK"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@ray.remote(max_calls=1)  # (Ray's default for GPU tasks): the worker ends after each call
+def once(n: int) -> int:
+    for _ in range(n):
+        with timer("once_step"):
+            pass
+    return os.getpid()
+
+
+@ray.remote
+def owner(n: int) -> int:
+    """Makes an actor of its own: it ends when this task returns (its owner's handle goes)."""
+    return ray.get(Scoped.remote().work.remote("owned", n))  # type: ignore[no-any-return]
+
+
+def _ended(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def endings(out: str, address: str | None) -> None:
+    """Worker processes Ray ends on its own right after their last call: actors whose last
+    handle goes (sync, async, threaded, one with its own ``__ray_shutdown__``), an actor
+    owned by a task that returns, and a ``max_calls=1`` task's worker."""
+    ray.init(num_cpus=2, **RAY_INIT)
+    pids: dict[str, int] = {}
+    with timer("endings"):
+        for label, cls in (("sync", Scoped), ("async", ScopedAsync),
+                           ("threaded", ScopedThreaded), ("own", ScopedOwnShutdown)):
+            with timer(label):
+                actor = cls.remote()  # type: ignore[attr-defined]
+                pids[label] = ray.get(actor.work.remote(label, 7))
+                del actor  # the program's last handle
+        with timer("max_calls"):
+            pids["once"] = ray.get([once.remote(5) for _ in range(2)])[0]
+        with timer("owned"):
+            ray.get(owner.remote(3))
+        deadline = time.monotonic() + 30
+        while not all(_ended(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    ended = {label: _ended(pid) for label, pid in pids.items()}
+    ray.shutdown()
+    result(ended=ended)
+
+
+SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late,
+             "endings": endings}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

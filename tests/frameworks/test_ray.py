@@ -275,6 +275,31 @@ def test_ray_nothing_lost_kill_raise_exit_shutdown(ray_venv: Venv, tmp_path: Pat
     assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
 
 
+def test_ray_workers_ray_ends_right_after_their_last_call_lose_nothing(
+        ray_venv: Venv, tmp_path: Path) -> None:
+    """Ray ends a worker process on its own, sooner than a worker's periodic delivery: actors
+    whose program let go of their last handle (sync, async, threaded, one with its own
+    ``__ray_shutdown__``), an actor owned by a task that returned, the worker of a
+    ``max_calls=1`` task (Ray's default for GPU tasks). Each delivers first: every block
+    arrives, the tree is complete, the program's own clean-up still runs."""
+    mark = tmp_path / "own-shutdown"
+    done, out = _run(ray_venv, tmp_path, "endings", SHUTDOWN_MARK=str(mark))
+    facts = _result(done)
+    assert all(facts["ended"].values()), facts  # Ray did end them, during the run
+    assert mark.read_text().count("\n") == 1  # the actor's own __ray_shutdown__ ran, once
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    for label in ("sync", "async", "threaded", "own"):
+        assert found[("endings", label, f"{label}_step")] == (7, True), label
+    assert found[("endings", "max_calls", "once_step")] == (10, True)
+    assert found[("endings", "owned", "owned_step")] == (3, True)
+    assert "without delivering" not in done.stderr and "Check failed" not in done.stderr
+    spans = list(span_lines(out / "spans.otlp.jsonl"))
+    assert sum(s["name"] == "once_step" for s in spans) == 10
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+
+
 def test_ray_killed_worker_is_counted_and_the_tree_is_partial(ray_venv: Venv,
                                                               tmp_path: Path) -> None:
     """A worker process SIGKILLed during a call: what it had delivered is kept, what it held

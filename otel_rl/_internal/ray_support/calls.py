@@ -359,6 +359,9 @@ on_call_start: Callable[[], None] | None = None
 on_actor: Callable[[Any], None] | None = None
 #: Called when an actor's __init__ raises (the actor dies with it: deliver first).
 on_init_failed: Callable[[], Any] | None = None
+#: Called when a task's worker process is about to end after its function's ``max_calls``
+#: calls (Ray's default for GPU tasks is 1): deliver first.
+on_last_call: Callable[[], Any] | None = None
 
 
 def calls_running() -> int:
@@ -574,6 +577,37 @@ def patch_execute() -> None:
 
     get_execution_info._otel_rl = True  # type: ignore[attr-defined]
     cls.get_execution_info = get_execution_info  # type: ignore[method-assign]
+    _patch_task_counter(cls)
     import ray._private.worker as ray_worker
 
     ray_worker.Worker.current_task_name = property(_plain_task_name)  # type: ignore[assignment]
+
+
+def _patch_task_counter(cls: Any) -> None:
+    """Ray counts the calls of a function with ``max_calls`` after each one ends
+    (``increase_task_counter``) and ends the worker process when the count reaches it, before
+    the next flush: `on_last_call` delivers first. Fail-open: an error here leaves Ray's
+    counting as it was, and the ledger's count of a worker that ended unannounced."""
+    original = getattr(cls, "increase_task_counter", None)
+    if original is None or getattr(original, "_otel_rl", False):
+        return
+
+    def increase_task_counter(self: Any, function_descriptor: Any) -> Any:
+        result = original(self, function_descriptor)
+        try:
+            info = self._function_execution_info.get(function_descriptor.function_id)
+            limit = getattr(info, "max_calls", 0)
+            if limit and self.get_task_counter(function_descriptor) >= limit:
+                _last_call()
+        except Exception:
+            pass
+        return result
+
+    increase_task_counter._otel_rl = True  # type: ignore[attr-defined]
+    cls.increase_task_counter = increase_task_counter
+
+
+def _last_call() -> None:
+    hook = on_last_call
+    if hook is not None:
+        hook()

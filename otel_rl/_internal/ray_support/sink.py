@@ -53,11 +53,13 @@ class RaySink(RelayClient):
         self.seq = 0
         self.key = ""
         self.final = False
+        self._final_said = False
         self.index_given = False
         self._answering = False
         self._notified_busy = False
         self._last_busy = False  # so the first call sends a notice: the driver knows of us
         self._started_at_snapshot = 0
+        self._running_at_snapshot = 0
         self._started_pushed = -1
         self._ticks = 0
         self._connect_lock = threading.Lock()
@@ -92,6 +94,7 @@ class RaySink(RelayClient):
     def send_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
         self._started_at_snapshot = self.started()
+        self._running_at_snapshot = self.running()
 
     def after_flush(self) -> None:
         self._push()
@@ -116,24 +119,31 @@ class RaySink(RelayClient):
             return
         with self._lock:
             started, started_before = self.started(), self._started_at_snapshot
+            running_before = self._running_at_snapshot
             frames, records = self._frames, self._records
             self._frames, self._records = [], 0
             snapshot, self._snapshot = self._snapshot, None
             self._ticks += 1
-            # Nothing ran since a push that said idle: skip (a snapshot every 8th tick anyway).
-            # A push that said busy is always followed by one more (saying idle, or not).
-            quiet = (not records and not self.final and not self._answering
+            # A last delivery is said once; after it, pushes go on only for what is new (a
+            # process ending gracefully: no push needed while Ray tears it down).
+            final = self.final and not self._final_said
+            # Nothing ran since a push that said idle: skip (a snapshot every 8th tick anyway,
+            # until a last delivery was said). A push that said busy is always followed by one
+            # more (saying idle, or not).
+            quiet = (not records and not final and not self._answering
                      and not self._last_busy and started_before == self._started_pushed
-                     and self._ticks % 8)
-            if quiet or (snapshot is None and not frames and not self.final):
+                     and (self._ticks % 8 or self._final_said))
+            if quiet or (snapshot is None and not frames and not final):
                 return
-            if not started and not records and not self.final and not self._answering:
+            if not started and not records and not final and not self._answering:
                 # A pooled worker that has run nothing: nothing to say. (A push from a worker
                 # Ray has not leased yet can wait until it is leased.)
                 return
             if snapshot is not None:
                 frames.append(relay.encode_frame(relay.KIND_SNAPSHOT, snapshot))
-            busy = self.running() > 0 or started != started_before
+            # Busy: a call runs now, started since the snapshot, or ran when it was taken (it
+            # may have ended since, its last blocks not in this push: the driver waits for more).
+            busy = self.running() > 0 or started != started_before or running_before > 0
             try:
                 handle = self._connect()
                 if handle is None:
@@ -153,6 +163,7 @@ class RaySink(RelayClient):
                                         "the driver's Ray collector")
                 return
             self._started_pushed = started_before
+            self._final_said = self._final_said or self.final
             self._last_busy = busy
             self._notified_busy = False
             self._stats.add_exported(self.name, records)
@@ -160,6 +171,11 @@ class RaySink(RelayClient):
                 # The driver wants a last delivery: one more flush now, drained after this.
                 self._answering = True
                 self.wake()
+
+    def push_rest(self, deadline: float) -> None:
+        """Push the records the sink took since its last push, if any (a last delivery)."""
+        if self._frames:
+            self._push(min(PUSH_TIMEOUT, deadline - time.monotonic()))
 
     def shutdown(self, deadline: float) -> None:
         self.final = True

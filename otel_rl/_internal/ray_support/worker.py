@@ -11,7 +11,10 @@ socket, and each call it runs carries its own caller's context (`calls`).
 Delivery is periodic, never left to exit handlers: every flush interval the worker pushes
 its cumulative tree snapshot and the records drained since the last push, and waits for the
 push (bounded). A worker killed without warning loses at most what it recorded since its
-last push (one flush interval); the driver counts it (`driver.Ledger`).
+last push (one flush interval); the driver counts it (`driver.Ledger`). Where Ray ends a
+process itself, with Ray still up, the process delivers first: `exit_actor()`, an actor
+ended gracefully (its last handle gone: `_patch_actor_shutdown`), a task worker at its
+function's ``max_calls`` (`calls.on_last_call`).
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ def join(joining: dict[str, str]) -> bool:
     calls.joined = True
     calls.on_actor = _on_actor
     calls.on_init_failed = lambda: flush_now(final=False)
+    calls.on_last_call = lambda: flush_now(final=True)
     _patch_exit_actor()
+    _patch_actor_shutdown()
     sink = rt.relay_client
     if isinstance(sink, RaySink):
         sink.running = calls.calls_running
@@ -105,9 +110,13 @@ def flush_now(final: bool) -> str | None:
     sink = rt.relay_client
     if not isinstance(sink, RaySink):
         return None
+    deadline = time.monotonic() + PUSH_TIMEOUT
     if final:
         sink.final = True
-    rt.pipeline.flush(time.monotonic() + PUSH_TIMEOUT)
+    rt.pipeline.flush(deadline)
+    # The flush's push went before its records reached the sink (the sink's own thread takes
+    # them): push those now, as the process may end right after this.
+    sink.push_rest(deadline)
     return sink.key
 
 
@@ -117,6 +126,29 @@ def leave() -> None:
     sink = rt.relay_client if rt is not None else None
     if isinstance(sink, RaySink):
         sink.left = True
+
+
+def _patch_actor_shutdown() -> None:
+    """An actor Ray ends gracefully (the program's last handle to it gone, its owner ended)
+    has Ray call ``ray._raylet._call_actor_shutdown`` (the actor's ``__ray_shutdown__``)
+    once its calls are done, with Ray still up: deliver first. Without it, an actor ended
+    right after its last call (Ray ends it within ~0.3 s) lost what that call recorded."""
+    import ray._raylet
+
+    original = getattr(ray._raylet, "_call_actor_shutdown", None)
+    if original is None or getattr(original, "_otel_rl", False):
+        return  # another Ray: the periodic delivery and the ledger's count stay
+
+    def _call_actor_shutdown(*args: Any, **kwargs: Any) -> Any:
+        try:
+            flush_now(final=True)
+        except Exception:
+            pass
+        return original(*args, **kwargs)
+
+    _call_actor_shutdown._otel_rl = True  # type: ignore[attr-defined]
+    _call_actor_shutdown.__doc__ = original.__doc__
+    ray._raylet._call_actor_shutdown = _call_actor_shutdown
 
 
 def _patch_exit_actor() -> None:
