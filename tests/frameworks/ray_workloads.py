@@ -390,6 +390,25 @@ def owner(n: int) -> int:
     return ray.get(Scoped.remote().work.remote("owned", n))  # type: ignore[no-any-return]
 
 
+@ray.remote(max_concurrency=2)
+class Held:
+    def hold(self) -> None:
+        for _ in range(3):
+            with timer("held_step"):
+                pass
+        time.sleep(60)  # busy when another process kills it
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@ray.remote
+def kill_it(actor: Any) -> None:
+    """``ray.kill`` from a worker of the run, not the driver (as Ray Train's controller actor
+    ends its training workers)."""
+    ray.kill(actor)
+
+
 def _ended(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -401,7 +420,8 @@ def _ended(pid: int) -> bool:
 def endings(out: str, address: str | None) -> None:
     """Worker processes Ray ends on its own right after their last call: actors whose last
     handle goes (sync, async, threaded, one with its own ``__ray_shutdown__``), an actor
-    owned by a task that returns, and a ``max_calls=1`` task's worker."""
+    owned by a task that returns, and a ``max_calls=1`` task's worker; and a busy actor
+    another worker process kills with ``ray.kill``."""
     ray.init(num_cpus=2, **RAY_INIT)
     pids: dict[str, int] = {}
     with timer("endings"):
@@ -415,6 +435,16 @@ def endings(out: str, address: str | None) -> None:
             pids["once"] = ray.get([once.remote(5) for _ in range(2)])[0]
         with timer("owned"):
             ray.get(owner.remote(3))
+        with timer("killed_elsewhere"):
+            held = Held.remote()
+            held_ref = held.hold.remote()
+            pids["killed_elsewhere"] = ray.get(held.pid.remote())
+            time.sleep(1.5)  # its pushes say busy: a call runs
+            ray.get(kill_it.remote(held))
+            try:
+                ray.get(held_ref)
+            except ray.exceptions.RayActorError:
+                pass
         deadline = time.monotonic() + 30
         while not all(_ended(pid) for pid in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -280,8 +280,10 @@ def test_ray_workers_ray_ends_right_after_their_last_call_lose_nothing(
     """Ray ends a worker process on its own, sooner than a worker's periodic delivery: actors
     whose program let go of their last handle (sync, async, threaded, one with its own
     ``__ray_shutdown__``), an actor owned by a task that returned, the worker of a
-    ``max_calls=1`` task (Ray's default for GPU tasks). Each delivers first: every block
-    arrives, the tree is complete, the program's own clean-up still runs."""
+    ``max_calls=1`` task (Ray's default for GPU tasks); and a busy actor that a task kills
+    with ``ray.kill`` (as Ray Train's controller actor ends its workers). Each delivers
+    first: every block arrives, the tree is complete (no false alarm either), the program's
+    own clean-up still runs."""
     mark = tmp_path / "own-shutdown"
     done, out = _run(ray_venv, tmp_path, "endings", SHUTDOWN_MARK=str(mark))
     facts = _result(done)
@@ -294,6 +296,7 @@ def test_ray_workers_ray_ends_right_after_their_last_call_lose_nothing(
         assert found[("endings", label, f"{label}_step")] == (7, True), label
     assert found[("endings", "max_calls", "once_step")] == (10, True)
     assert found[("endings", "owned", "owned_step")] == (3, True)
+    assert found[("endings", "killed_elsewhere", "held_step")] == (3, True)
     assert "without delivering" not in done.stderr and "Check failed" not in done.stderr
     spans = list(span_lines(out / "spans.otlp.jsonl"))
     assert sum(s["name"] == "once_step" for s in spans) == 10

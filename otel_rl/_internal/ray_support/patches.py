@@ -182,6 +182,10 @@ def _kill(original: Callable[..., Any]) -> Callable[..., Any]:
         driver = _driver
         if driver is not None and not driver.finished:
             _flush_before_kill(driver, actor)
+        elif driver is None and calls.joined:
+            # A worker of the run ending an actor (Ray Train's controller actor ends its
+            # workers so): the actor's last delivery says final, so the driver knows.
+            _flush_before_kill(None, actor)
         return original(actor, *args, **kwargs)
 
     return kill
@@ -207,7 +211,8 @@ def _finish(reason: str) -> None:
 
 
 def _flush_before_kill(driver: Any, actor: Any) -> None:
-    """Let the actor deliver what it holds before `ray.kill` ends it (bounded)."""
+    """Let the actor deliver what it holds before `ray.kill` ends it (bounded); `driver`:
+    this process's, or None in a worker (the delivery reaches the driver on its own)."""
     import ray
 
     try:
@@ -216,6 +221,8 @@ def _flush_before_kill(driver: Any, actor: Any) -> None:
         key = ray.get(ref, timeout=KILL_FLUSH_TIMEOUT)
     except Exception:
         return  # busy or gone: what it held is counted at the end if it was busy
+    if driver is None:
+        return
     driver.feed(time.monotonic() + KILL_FLUSH_TIMEOUT)
     if key:
         driver.forget(key)
