@@ -272,3 +272,69 @@ def test_a_last_delivery_is_said_once_then_only_new_work_is_pushed(
     calls_now[1] = 2  # a call ran after all: it is pushed
     _flush(sink, 4)
     assert len(collector.metas) == 3 and collector.metas[-1]["final"] is True
+
+
+def test_a_generator_call_steps_and_closes_on_its_callers_stack() -> None:
+    """A generator call's body runs after the call returned, as Ray iterates it: each step,
+    and its clean-up when closed early, run on the caller's stack; between steps the thread's
+    own stack is back; the call counts as running from its first step to its end."""
+    from otel_rl._internal import recorder
+
+    caller = recorder.task_stack(("generator-test", 1, 1))
+    seen: list[object] = []
+
+    def body() -> Any:
+        try:
+            for i in range(3):
+                seen.append(recorder.active_stack() is caller)
+                yield i
+        finally:
+            seen.append(("closed", recorder.active_stack() is caller))
+
+    own = recorder.active_stack()
+    before = calls.running
+    gen = calls._generated(body(), caller)
+    assert calls.running == before  # not started: not running
+    assert next(gen) == 0 and recorder.active_stack() is own
+    assert calls.running == before + 1
+    assert gen.send(None) == 1 and recorder.active_stack() is own
+    gen.close()
+    assert seen == [True, True, ("closed", True)] and recorder.active_stack() is own
+    assert calls.running == before
+
+
+def test_an_async_generator_call_steps_on_its_callers_stack_across_awaits() -> None:
+    import asyncio
+
+    from otel_rl._internal import recorder
+
+    caller = recorder.task_stack(("async-generator-test", 1, 1))
+    seen: list[bool] = []
+
+    async def body() -> Any:
+        for i in range(2):
+            seen.append(recorder.active_stack() is caller)
+            await asyncio.sleep(0)  # another task of the loop runs here, on its own stack
+            seen.append(recorder.active_stack() is caller)
+            yield i
+
+    async def other() -> None:
+        for _ in range(4):
+            seen.append(recorder.active_stack() is caller)
+            await asyncio.sleep(0)
+
+    async def main() -> list[int]:
+        items: list[int] = []
+
+        async def consume() -> None:
+            async for item in calls._agenerated(body(), caller):
+                items.append(item)
+
+        await asyncio.gather(consume(), other())
+        return items
+
+    before = calls.running
+    assert asyncio.run(main()) == [0, 1]
+    # The body's four looks saw the caller's stack; the other task's four never did.
+    assert sorted(seen) == [False] * 4 + [True] * 4
+    assert calls.running == before

@@ -54,9 +54,30 @@ class Sim:
                 pass
         return os.getpid()
 
+    def stream(self, n: int) -> Any:  # a generator method
+        for i in range(n):
+            with timer("sim_stream_step"):
+                pass
+            yield i
+
+
+@ray.remote
+def stream(n: int) -> Any:
+    """A streaming generator task: its body runs as the caller iterates, after the call."""
+    for i in range(n):
+        with timer("stream_step"):
+            pass
+        yield i
+
 
 @ray.remote
 class AsyncSim:
+    async def stream(self, n: int) -> Any:  # an async generator method
+        for i in range(n):
+            with timer("astream_step"):
+                await asyncio.sleep(0)
+            yield i
+
     async def work(self, label: str) -> str:
         with timer(f"async_{label}"):
             pass
@@ -453,8 +474,27 @@ def endings(out: str, address: str | None) -> None:
     result(ended=ended)
 
 
+def generators(out: str, address: str | None) -> None:
+    """Generator calls (Ray's streaming generators: a task, an actor's generator method, an
+    async actor's async generator method; and a generator task with ``num_returns=2``): their
+    bodies run as the caller iterates, after the call has returned."""
+    ray.init(num_cpus=2, **RAY_INIT)
+    with timer("iteration"):
+        sim, async_sim = Sim.remote(), AsyncSim.remote()
+        with timer("stream"):
+            streamed = [sum(ray.get(ref) for ref in call) for call in (
+                stream.remote(4), sim.stream.remote(3), async_sim.stream.remote(2))]
+            streamed.append(sum(ray.get(stream.options(num_returns=2).remote(2))))
+        with timer("partly"):  # the caller stops early: the rest of the body still runs
+            refs = stream.remote(3)
+            first = ray.get(next(refs))
+            del refs
+    ray.shutdown()
+    result(streamed=streamed, first=first)
+
+
 SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late,
-             "endings": endings}
+             "endings": endings, "generators": generators}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -275,6 +275,25 @@ def test_ray_nothing_lost_kill_raise_exit_shutdown(ray_venv: Venv, tmp_path: Pat
     assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
 
 
+def test_ray_generator_calls_run_under_the_callers_block(ray_venv: Venv,
+                                                         tmp_path: Path) -> None:
+    """Streaming generator calls (a task, a generator method, an async generator method) and a
+    generator task with ``num_returns=2``: their bodies run after the call has returned, as
+    the caller iterates, and their blocks still hang under the calling block."""
+    done, out = _run(ray_venv, tmp_path, "generators")
+    facts = _result(done)
+    assert facts["streamed"] == [6, 3, 1, 1] and facts["first"] == 0
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    assert found[("iteration", "stream", "stream_step")] == (6, True)
+    assert found[("iteration", "stream", "sim_stream_step")] == (3, True)
+    assert found[("iteration", "stream", "astream_step")] == (2, True)
+    assert found[("iteration", "partly", "stream_step")] == (3, True)
+    assert not [p for p in found if p[-1].endswith("stream_step") and p[0] != "iteration"]
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+
+
 def test_ray_workers_ray_ends_right_after_their_last_call_lose_nothing(
         ray_venv: Venv, tmp_path: Path) -> None:
     """Ray ends a worker process on its own, sooner than a worker's periodic delivery: actors

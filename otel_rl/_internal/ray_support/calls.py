@@ -18,7 +18,9 @@ task's name (or the argument), gives Ray's log prefix and process title and
 blocks hang under the caller's block (the same `TimerStack`-per-place scheme as
 `propagation.attach_context`). Coroutines (async actors) are stepped with that stack made
 active around each step only, so interleaved calls on one event loop each keep their own
-caller. What the name change leaves visible: Ray's dashboard and state API (``ray list
+caller; generators (Ray's streaming generator tasks and methods, sync or async: their body runs
+as Ray iterates them, after the call has returned) the same way, step by step. What the name
+change leaves visible: Ray's dashboard and state API (``ray list
 tasks``) list such calls under the longer name.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from typing import Any
 
 from otel_rl._internal import carrier, recorder, runtime
@@ -499,6 +501,10 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
             if isinstance(result, Coroutine):
                 ended = False
                 return _stepped(result, stack)
+            if isinstance(result, Generator):  # runs as Ray iterates it: counted running then
+                return _generated(result, stack)
+            if isinstance(result, AsyncGenerator):
+                return _agenerated(result, stack)
             return result
         except BaseException:
             if is_init:  # the actor dies with its constructor: deliver what it holds first
@@ -536,8 +542,10 @@ class _Step:
         return (yield self.value)
 
 
-async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack) -> Any:
-    """Run `coro` with `stack` active around each of its steps only."""
+async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack,
+                   counted: bool = True) -> Any:
+    """Run `coro` with `stack` active around each of its steps only; `counted`: it is the
+    call (it ends the call's count of running calls when it ends)."""
     value: Any = None
     error: BaseException | None = None
     try:
@@ -552,6 +560,73 @@ async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack) -> Any:
             try:
                 value, error = await _Step(yielded), None
             except BaseException as exc:  # cancellation: passed into the call
+                value, error = None, exc
+    finally:
+        if counted:
+            _ended()
+
+
+def _resumed() -> None:
+    """A generator call's body runs again (after its call returned): counted running, and the
+    driver told if the last word was idle."""
+    global running
+    with _running_lock:
+        running += 1
+    hook = on_call_start
+    if hook is not None:
+        try:
+            hook()
+        except Exception:
+            pass
+
+
+def _generated(gen: Generator[Any, Any, Any], stack: TimerStack) -> Generator[Any, Any, Any]:
+    """`gen` with `stack` active around each of its steps only (and while it is closed)."""
+    _resumed()
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            previous = recorder.set_active_stack(stack)
+            try:
+                item = gen.send(value) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            finally:
+                recorder.set_active_stack(previous)
+            try:
+                value, error = (yield item), None
+            except GeneratorExit:  # closed early: its own clean-up on its caller's stack
+                previous = recorder.set_active_stack(stack)
+                try:
+                    gen.close()
+                finally:
+                    recorder.set_active_stack(previous)
+                raise
+            except BaseException as exc:
+                value, error = None, exc
+    finally:
+        _ended()
+
+
+async def _agenerated(agen: AsyncGenerator[Any, Any], stack: TimerStack) -> AsyncGenerator[Any, Any]:
+    """`agen` with `stack` active around each step of each of its steps only."""
+    _resumed()
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            step = agen.asend(value) if error is None else agen.athrow(error)
+            try:
+                item = await _stepped(step, stack, counted=False)  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                return
+            try:
+                value, error = (yield item), None
+            except GeneratorExit:
+                await _stepped(agen.aclose(), stack, counted=False)  # type: ignore[arg-type]
+                raise
+            except BaseException as exc:
                 value, error = None, exc
     finally:
         _ended()
