@@ -58,11 +58,10 @@ def _install(variant: str) -> int:
     """In an env runner: RLlib's stats methods for `variant`; RLlib's block count so far."""
     from ray.rllib.utils.metrics.stats.base import StatsBase
 
-    from otel_rl._internal import accel, rllib
+    from otel_rl._internal import rllib
     from otel_rl.timers import hierarchical_timer
 
-    enter, exit_, pure_enter, pure_exit = rllib._stats_classes[StatsBase]
-    module = accel.compiled()
+    enter, exit_, pure_enter, pure_exit = rllib.own_methods(StatsBase)
     glue: Any = {"otel_rl": hierarchical_timer, "no_op": _NoBlock}.get(variant)
     if variant == "counted":
         # Ray ships this function by value with a fresh copy of its globals at every call, so
@@ -77,10 +76,8 @@ def _install(variant: str) -> int:
         StatsBase.__enter__, StatsBase.__exit__ = counted, exit_
     elif glue is None:
         StatsBase.__enter__, StatsBase.__exit__ = enter, exit_
-    elif module is not None and rllib.accelerated():
-        StatsBase.__enter__, StatsBase.__exit__ = module.install_rllib(
-            StatsBase, enter, exit_, pure_exit, glue, rllib._open, rllib._ENDED, rllib._end,
-            rllib._fail)
+    elif rllib.accelerated() and (compiled := rllib.compiled_glue(StatsBase, glue)):
+        StatsBase.__enter__, StatsBase.__exit__ = compiled
     elif variant == "otel_rl":
         StatsBase.__enter__, StatsBase.__exit__ = pure_enter, pure_exit
     else:  # the pure glue knows only otel_rl's timer

@@ -50,22 +50,20 @@ def main() -> int:
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
     from ray.rllib.utils.metrics.stats.base import StatsBase
 
-    from otel_rl._internal import accel, rllib
+    from otel_rl._internal import rllib
     from otel_rl.timers import hierarchical_timer
 
-    assert StatsBase in rllib._stats_classes, "RLlib is not instrumented here"
-    enter, exit_, pure_enter, pure_exit = rllib._stats_classes[StatsBase]
+    enter, exit_, pure_enter, pure_exit = rllib.own_methods(StatsBase)  # (KeyError: not patched)
     set_key = MetricsLogger._set_key
     plain_set_key = getattr(set_key, "__wrapped__", set_key)
-    module = accel.compiled()
 
     def compiled_with(timer: Any) -> tuple[Any, Any]:
-        assert module is not None
-        return module.install_rllib(StatsBase, enter, exit_, pure_exit, timer, rllib._open,  # type: ignore[no-any-return]
-                                    rllib._ENDED, rllib._end, rllib._fail)
+        compiled = rllib.compiled_glue(StatsBase, timer)
+        assert compiled is not None
+        return compiled
 
     variants = {"plain": lambda: (enter, exit_, plain_set_key)}
-    if rllib.accelerated() and module is not None:
+    if rllib.accelerated():
         variants["otel_rl"] = lambda: (*compiled_with(hierarchical_timer), set_key)
         variants["glue, no-op block"] = lambda: (*compiled_with(_NoBlock), set_key)
     variants["otel_rl pure glue"] = lambda: (pure_enter, pure_exit, set_key)

@@ -40,7 +40,7 @@ from typing import Any
 
 from otel_rl._internal import log
 
-__all__ = ["PATCHES", "block_name"]
+__all__ = ["PATCHES", "block_name", "compiled_glue", "own_methods"]
 
 #: RLlib's key part that only groups timers in its results dict.
 _TIMERS = "timers"
@@ -219,22 +219,38 @@ def _patch_stats(module: ModuleType) -> None:
     _use_accelerator_for(cls, recorder.accelerator_on())
 
 
+def compiled_glue(cls: type, timer: Any) -> tuple[Any, Any] | None:
+    """The compiled glue's ``(__enter__, __exit__)`` for the patched stats class `cls`, opening
+    blocks of `timer` (``hierarchical_timer``; benchmarks give a no-op timer to measure the
+    glue alone); None where it is not built or does not fit this build."""
+    from otel_rl._internal import accel
+
+    module = accel.compiled()
+    if module is None or not hasattr(module, "install_rllib"):
+        return None
+    enter, exit_, _, pure_exit = _stats_classes[cls]
+    try:
+        return module.install_rllib(cls, enter, exit_, pure_exit, timer,  # type: ignore[no-any-return]
+                                    _open, _ENDED, _end, _fail)
+    except Exception as exc:  # a build that does not fit: stay pure
+        _fail("compiled glue", exc)
+        return None
+
+
+def own_methods(cls: type) -> tuple[Any, Any, Any, Any]:
+    """RLlib's own ``__enter__`` and ``__exit__`` of the patched stats class `cls`, then the
+    pure glue's (for benchmarks that switch between them)."""
+    return _stats_classes[cls]
+
+
 def _use_accelerator_for(cls: type, on: bool) -> bool:
     """Install the compiled glue (`_hotpath.install_rllib`, the same results without the two
     Python frames per block) on `cls` when `on` and it is built, else the pure glue above;
     whether the compiled one is in use."""
-    from otel_rl._internal import accel
     from otel_rl.timers import hierarchical_timer
 
-    enter, exit_, pure_enter, pure_exit = _stats_classes[cls]
-    module = accel.compiled() if on else None
-    compiled: tuple[Any, Any] | None = None
-    if module is not None and hasattr(module, "install_rllib"):
-        try:
-            compiled = module.install_rllib(cls, enter, exit_, pure_exit, hierarchical_timer,
-                                            _open, _ENDED, _end, _fail)
-        except Exception as exc:  # a build that does not fit: stay pure
-            _fail("compiled glue", exc)
+    _, _, pure_enter, pure_exit = _stats_classes[cls]
+    compiled = compiled_glue(cls, hierarchical_timer) if on else None
     cls.__enter__, cls.__exit__ = compiled or (pure_enter, pure_exit)  # type: ignore[attr-defined]
     return compiled is not None
 
