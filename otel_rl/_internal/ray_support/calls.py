@@ -448,11 +448,15 @@ def _stack_for(rt: Runtime, base: Base) -> TimerStack:
     return stack
 
 
-def _started() -> None:
+def _started(new_call: bool = True) -> None:
+    """A call starts running (`new_call`), or a generator call's body runs again after its
+    call returned (counted running again, not started again); the driver is told if the
+    worker's last word was idle."""
     global running, started
     with _running_lock:
         running += 1
-        started += 1
+        if new_call:
+            started += 1
     hook = on_call_start
     if hook is not None:
         try:
@@ -542,6 +546,16 @@ class _Step:
         return (yield self.value)
 
 
+def _step(it: Any, stack: TimerStack, value: Any, error: BaseException | None) -> Any:
+    """One step of the coroutine or generator `it` (``send(value)``, or ``throw(error)``) with
+    `stack` active around it only."""
+    previous = recorder.set_active_stack(stack)
+    try:
+        return it.send(value) if error is None else it.throw(error)
+    finally:
+        recorder.set_active_stack(previous)
+
+
 async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack,
                    counted: bool = True) -> Any:
     """Run `coro` with `stack` active around each of its steps only; `counted`: it is the
@@ -550,13 +564,10 @@ async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack,
     error: BaseException | None = None
     try:
         while True:
-            previous = recorder.set_active_stack(stack)
             try:
-                yielded = coro.send(value) if error is None else coro.throw(error)
+                yielded = _step(coro, stack, value, error)
             except StopIteration as stop:
                 return stop.value
-            finally:
-                recorder.set_active_stack(previous)
             try:
                 value, error = await _Step(yielded), None
             except BaseException as exc:  # cancellation: passed into the call
@@ -566,34 +577,17 @@ async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack,
             _ended()
 
 
-def _resumed() -> None:
-    """A generator call's body runs again (after its call returned): counted running, and the
-    driver told if the last word was idle."""
-    global running
-    with _running_lock:
-        running += 1
-    hook = on_call_start
-    if hook is not None:
-        try:
-            hook()
-        except Exception:
-            pass
-
-
 def _generated(gen: Generator[Any, Any, Any], stack: TimerStack) -> Generator[Any, Any, Any]:
     """`gen` with `stack` active around each of its steps only (and while it is closed)."""
-    _resumed()
+    _started(new_call=False)
     value: Any = None
     error: BaseException | None = None
     try:
         while True:
-            previous = recorder.set_active_stack(stack)
             try:
-                item = gen.send(value) if error is None else gen.throw(error)
+                item = _step(gen, stack, value, error)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            finally:
-                recorder.set_active_stack(previous)
             try:
                 value, error = (yield item), None
             except GeneratorExit:  # closed early: its own clean-up on its caller's stack
@@ -611,7 +605,7 @@ def _generated(gen: Generator[Any, Any, Any], stack: TimerStack) -> Generator[An
 
 async def _agenerated(agen: AsyncGenerator[Any, Any], stack: TimerStack) -> AsyncGenerator[Any, Any]:
     """`agen` with `stack` active around each step of each of its steps only."""
-    _resumed()
+    _started(new_call=False)
     value: Any = None
     error: BaseException | None = None
     try:
