@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from types import AsyncGeneratorType, GeneratorType
 from typing import Any
 
 from otel_rl._internal import carrier, recorder, runtime
@@ -505,9 +506,11 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
             if isinstance(result, Coroutine):
                 ended = False
                 return _stepped(result, stack)
-            if isinstance(result, Generator):  # runs as Ray iterates it: counted running then
+            # A generator runs as Ray iterates it (Ray takes what `inspect.isgenerator` and
+            # `isasyncgen` take: these exact types).
+            if type(result) is GeneratorType:
                 return _generated(result, stack)
-            if isinstance(result, AsyncGenerator):
+            if type(result) is AsyncGeneratorType:
                 return _agenerated(result, stack)
             return result
         except BaseException:
