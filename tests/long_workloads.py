@@ -10,7 +10,8 @@
   environment, relay address removed) with the run: a "second machine".
 
 Settings come from ``key=value`` arguments (ints and floats converted) passed to
-`otel_rl.configure`; ``n``/``workers`` size the workload.
+`otel_rl.configure`; ``n``/``workers`` size the workload, ``min_s`` is the least time the
+``sf`` rollout workers run.
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ from otel_rl.timers import hierarchical_timer, set_gauge
 from otel_rl.timing import Timing
 
 
-def rollout(n: int, go: Any) -> None:
+def rollout(n: int, start: Any, min_s: float) -> None:
     timing = Timing()
-    go.wait(60)
-    for i in range(n):
+    start.wait(60)  # every rollout worker (and the main process) starts at once
+    until = time.monotonic() + min_s
+    i = 0
+    while i < n or time.monotonic() < until:
         with timing.add_time("env_step"):
             pass
         if i % 8 == 0:
             with timing.add_time("enqueue_policy_requests"):
                 pass
-    set_gauge("rollout_fps", float(n))
+        i += 1
+    set_gauge("rollout_fps", float(i))
 
 
 def learner(running: Any) -> None:
@@ -52,12 +56,13 @@ def learner(running: Any) -> None:
         i += 1
 
 
-def sf(n: int, workers: int) -> None:
-    """Rollout workers do `n` env steps each, started together; the learner thread and the
-    main thread work alongside them until they are done, as in a real run."""
+def sf(n: int, workers: int, min_s: float) -> None:
+    """Rollout workers do `n` env steps each (and go on until `min_s` seconds have passed),
+    started together once all of them are up; the learner thread and the main thread work
+    alongside them until they are done, as in a real run."""
     ctx = mp.get_context("spawn")
-    go = ctx.Event()
-    procs = [ctx.Process(target=rollout, args=(n, go)) for _ in range(workers)]
+    start = ctx.Barrier(workers + 1)
+    procs = [ctx.Process(target=rollout, args=(n, start, min_s)) for _ in range(workers)]
     for p in procs:
         p.start()
 
@@ -66,7 +71,7 @@ def sf(n: int, workers: int) -> None:
 
     thread = threading.Thread(target=learner, args=(running,), name="learner")
     thread.start()
-    go.set()
+    start.wait(60)
     i = 0
     while running():
         with hierarchical_timer("process_batch"):
@@ -130,6 +135,7 @@ def main(argv: list[str]) -> None:
     settings = {k: _value(v) for k, v in (p.split("=", 1) for p in pairs)}
     n = int(settings.pop("n", 50_000))
     workers = int(settings.pop("workers", 2))
+    min_s = float(settings.pop("min_s", 0))
     if kind == "machine":
         import json
 
@@ -140,7 +146,7 @@ def main(argv: list[str]) -> None:
         os.environ["OTEL_RL_CONTEXT"] = json.dumps(context)
     otel_rl.configure(output_dir=out, **settings)
     if kind == "sf":
-        sf(n, workers)
+        sf(n, workers, min_s)
     elif kind == "ml":
         ml(n)
     elif kind == "killed":
