@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,24 @@ def test_ray_client_calls_join_with_their_own_runtime_env_kept() -> None:
     assert late == {"env_vars": {"RAY_HOOK": "ray_runtime_env_func::abc"}}
 
 
+@contextlib.contextmanager
+def _submit_over_stand_in(kind: str) -> Iterator[Any]:
+    """Ray's submission of `kind` ("task" or "method") replaced by a stand-in that returns the
+    task name it is given; yields otel_rl's submit wrapper around it."""
+
+    def stand_in(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
+                 **options: Any) -> Any:
+        return options.get("name")
+
+    saved = dict(calls._original)
+    calls._original.update({kind: stand_in, "client_mode": lambda: False})
+    try:
+        yield calls._submit_wrapper(kind)
+    finally:
+        calls._original.clear()
+        calls._original.update(saved)
+
+
 def test_a_submitted_call_is_named_after_the_block_open_at_each_call() -> None:
     """The submit wrapper (Ray's ``_remote`` replaced by a stand-in that returns the name it
     is given): a call's task name is always the one made for the block open at that call,
@@ -119,14 +139,7 @@ def test_a_submitted_call_is_named_after_the_block_open_at_each_call() -> None:
         def __init__(self, name: str) -> None:
             self._function = types.SimpleNamespace(__name__=name)
 
-    def stand_in(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
-                 **options: Any) -> Any:
-        return options.get("name")
-
-    saved = dict(calls._original)
-    calls._original.update(task=stand_in, client_mode=lambda: False)
-    try:
-        submit = calls._submit_wrapper("task")
+    with _submit_over_stand_in("task") as submit:
         f, g = Function("f"), Function("g")
 
         def carried(name: Any) -> tuple[str, tuple[str, ...], int]:
@@ -164,9 +177,6 @@ def test_a_submitted_call_is_named_after_the_block_open_at_each_call() -> None:
                 assert calls.parse(other[0].partition(calls.MARK)[2])[3] == thread.ident
             assert carried(submit(f, (), {}))[1] == ()
         assert submit(f, (), {}) is None  # otel_rl shut down
-    finally:
-        calls._original.clear()
-        calls._original.update(saved)
 
 
 def test_an_actor_method_call_leaves_the_actor_to_its_handles() -> None:
@@ -186,14 +196,7 @@ def test_an_actor_method_call_leaves_the_actor_to_its_handles() -> None:
             self._actor = actor
             self._method_name = "step"
 
-    def stand_in(self: Any, args: Any = None, kwargs: Any = None, *rest: Any,
-                 **options: Any) -> Any:
-        return options.get("name")
-
-    saved = dict(calls._original)
-    calls._original.update(method=stand_in, client_mode=lambda: False)
-    try:
-        submit = calls._submit_wrapper("method")
+    with _submit_over_stand_in("method") as submit:
         with capture_spans(propagate=True), hierarchical_timer("a"):
             handle = Handle()
             name = submit(Method(handle), (), {})
@@ -202,9 +205,6 @@ def test_an_actor_method_call_leaves_the_actor_to_its_handles() -> None:
             del handle
             gc.collect()
             assert gone() is None
-    finally:
-        calls._original.clear()
-        calls._original.update(saved)
 
 
 class _Collector:

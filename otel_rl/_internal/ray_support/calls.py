@@ -669,17 +669,12 @@ def _patch_task_counter(cls: Any) -> None:
         try:
             info = self._function_execution_info.get(function_descriptor.function_id)
             limit = getattr(info, "max_calls", 0)
-            if limit and self.get_task_counter(function_descriptor) >= limit:
-                _last_call()
+            hook = on_last_call
+            if limit and hook is not None and self.get_task_counter(function_descriptor) >= limit:
+                hook()
         except Exception:
             pass
         return result
 
     increase_task_counter._otel_rl = True  # type: ignore[attr-defined]
     cls.increase_task_counter = increase_task_counter
-
-
-def _last_call() -> None:
-    hook = on_last_call
-    if hook is not None:
-        hook()
