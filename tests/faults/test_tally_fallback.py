@@ -114,7 +114,8 @@ def test_main_killed_without_any_writable_folder_the_launcher_says_it_counted_no
         launcher = subprocess.Popen(["unshare", "-m", "sh", "-c", script], stdout=log,
                                     stderr=log, cwd=ROOT, env=environ)
         try:
-            assert wait_until((out / "ready.main").exists, 90), (tmp_path / "stderr").read_text()
+            # `ready` (the workers' pids) is written after `ready.main`: wait for both.
+            assert wait_until((out / "ready").exists, 90), (tmp_path / "stderr").read_text()
             os.kill(int((out / "ready.main").read_text()), signal.SIGKILL)
             launcher.wait(60)
         finally:
