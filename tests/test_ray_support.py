@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import contextlib
 import sys
 import types
@@ -214,9 +215,11 @@ class _Collector:
         self.metas: list[dict[str, Any]] = []
         self.push = self
 
-    def remote(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> bool:
+    def remote(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> Any:
         self.metas.append(dict(meta, frames=len(frames)))
-        return False  # the driver has not asked for a last delivery
+        answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        answer.set_result(False)  # the driver has not asked for a last delivery
+        return types.SimpleNamespace(future=lambda: answer)  # an ObjectRef's `future()`
 
 
 @pytest.fixture
@@ -226,8 +229,7 @@ def pushes(monkeypatch: pytest.MonkeyPatch) -> tuple[RaySink, _Collector, list[i
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(
         is_initialized=lambda: True,
         get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "ab" * 14),
-        get_actor=lambda name, namespace=None: collector,
-        get=lambda ref, timeout=None: ref))
+        get_actor=lambda name, namespace=None: collector))
     sink = RaySink("ray:/collector", Stats())
     calls_now = [0, 0]
     sink.running = lambda: calls_now[0]
@@ -274,67 +276,119 @@ def test_a_last_delivery_is_said_once_then_only_new_work_is_pushed(
     assert len(collector.metas) == 3 and collector.metas[-1]["final"] is True
 
 
-def test_a_generator_call_steps_and_closes_on_its_callers_stack() -> None:
-    """A generator call's body runs after the call returned, as Ray iterates it: each step,
-    and its clean-up when closed early, run on the caller's stack; between steps the thread's
-    own stack is back; the call counts as running from its first step to its end."""
+@contextlib.contextmanager
+def _caller_place() -> Iterator[Any]:
+    """otel_rl recording into memory, and a caller's place (a `Base`, as a call's carrier
+    gives one) that calls run at."""
+    from otel_rl._internal import runtime
+    from otel_rl._internal.recorder import Base
+    from otel_rl.testing import capture_spans
+
+    with capture_spans() as captured:
+        rt = runtime.active()
+        assert rt is not None
+        yield Base(rt.trace, 0xCA11E2, ("caller",), rt.pid, 1), captured
+
+
+def _at(base: Any) -> bool:
     from otel_rl._internal import recorder
 
-    caller = recorder.task_stack(("generator-test", 1, 1))
+    active = recorder.active_stack()
+    return active is not None and active.base is base
+
+
+def test_a_generator_call_steps_and_closes_on_its_callers_stack() -> None:
+    """A generator call's body runs after the call returned, as Ray iterates it: each step,
+    and its clean-up when closed early, run at the caller's place; between steps the
+    thread's own stack is back; the call counts as running from its first step to its end."""
+    from otel_rl._internal import recorder
+
     seen: list[object] = []
 
-    def body() -> Any:
+    def body(base: Any) -> Any:
         try:
             for i in range(3):
-                seen.append(recorder.active_stack() is caller)
+                seen.append(_at(base))
                 yield i
         finally:
-            seen.append(("closed", recorder.active_stack() is caller))
+            seen.append(("closed", _at(base)))
 
-    own = recorder.active_stack()
-    before = calls.running
-    gen = calls._generated(body(), caller)
-    assert calls.running == before  # not started: not running
-    assert next(gen) == 0 and recorder.active_stack() is own
-    assert calls.running == before + 1
-    assert gen.send(None) == 1 and recorder.active_stack() is own
-    gen.close()
-    assert seen == [True, True, ("closed", True)] and recorder.active_stack() is own
-    assert calls.running == before
+    with _caller_place() as (base, _):
+        own = recorder.active_stack()
+        before = calls.running
+        gen = calls._generated(body(base), base)
+        assert calls.running == before  # not started: not running
+        assert next(gen) == 0 and recorder.active_stack() is own
+        assert calls.running == before + 1
+        assert gen.send(None) == 1 and recorder.active_stack() is own
+        gen.close()
+        assert seen == [True, True, ("closed", True)] and recorder.active_stack() is own
+        assert calls.running == before
 
 
 def test_an_async_generator_call_steps_on_its_callers_stack_across_awaits() -> None:
     import asyncio
 
-    from otel_rl._internal import recorder
-
-    caller = recorder.task_stack(("async-generator-test", 1, 1))
     seen: list[bool] = []
 
-    async def body() -> Any:
+    async def body(base: Any) -> Any:
         for i in range(2):
-            seen.append(recorder.active_stack() is caller)
+            seen.append(_at(base))
             await asyncio.sleep(0)  # another task of the loop runs here, on its own stack
-            seen.append(recorder.active_stack() is caller)
+            seen.append(_at(base))
             yield i
 
-    async def other() -> None:
+    async def other(base: Any) -> None:
         for _ in range(4):
-            seen.append(recorder.active_stack() is caller)
+            seen.append(_at(base))
             await asyncio.sleep(0)
 
-    async def main() -> list[int]:
+    async def main(base: Any) -> list[int]:
         items: list[int] = []
 
         async def consume() -> None:
-            async for item in calls._agenerated(body(), caller):
+            async for item in calls._agenerated(body(base), base):
                 items.append(item)
 
-        await asyncio.gather(consume(), other())
+        await asyncio.gather(consume(), other(base))
         return items
 
-    before = calls.running
-    assert asyncio.run(main()) == [0, 1]
-    # The body's four looks saw the caller's stack; the other task's four never did.
-    assert sorted(seen) == [False] * 4 + [True] * 4
-    assert calls.running == before
+    with _caller_place() as (base, _):
+        before = calls.running
+        assert asyncio.run(main(base)) == [0, 1]
+        # The body's four looks saw the caller's place; the other task's four never did.
+        assert sorted(seen) == [False] * 4 + [True] * 4
+        assert calls.running == before
+
+
+def test_interleaved_async_calls_from_one_block_each_nest_on_their_own() -> None:
+    """Calls of an async actor made from one block run interleaved on one event loop; each
+    awaits before its first block (so none has a block open when the next starts): their
+    blocks all hang under the caller's block, none under another call's (Ray 2.60, before
+    each call had a stack of its own: ``a/a/a/...``)."""
+    import asyncio
+
+    from otel_rl.timers import hierarchical_timer
+
+    async def call(i: int) -> int:
+        await asyncio.sleep(0.001 * (i % 3))
+        with hierarchical_timer("a"):
+            await asyncio.sleep(0.002)
+            with hierarchical_timer("b"):
+                await asyncio.sleep(0)
+        return i
+
+    async def main(base: Any) -> list[int]:
+        for _ in range(4):
+            calls._started()  # as `wrap_executor` counts a call before it is stepped
+        return list(await asyncio.gather(*(calls._stepped(call(i), base) for i in range(4))))
+
+    with _caller_place() as (base, captured):
+        before = calls.running
+        assert asyncio.run(main(base)) == [0, 1, 2, 3]
+        assert calls.running == before
+    spans = {s.span_id: s for s in captured.spans}
+    a_ids = {s.span_id for s in spans.values() if s.name == "a"}
+    assert len(a_ids) == 4
+    assert {spans[i].parent_span_id for i in a_ids} == {f"{0xCA11E2:016x}"}
+    assert {spans[s].parent_span_id for s in spans if spans[s].name == "b"} == a_ids

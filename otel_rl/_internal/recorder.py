@@ -594,6 +594,33 @@ def task_stack(key: tuple[object, ...]) -> TimerStack:
     return stack
 
 
+def lease_task_stack(key: tuple[object, ...]) -> TimerStack:
+    """A stack of the current thread for one coroutine or generator that runs at place `key`
+    step by step, interleaved with others (an async actor's calls from one block): its own
+    until `give_back_task_stack`, so that two suspended ones never share one (a shared stack
+    would nest one's blocks in the other's). Stacks stay registered (their trees are the
+    process's), so given-back ones are used again: a place gets as many as were ever running
+    there at once."""
+    free = _task_pool().get(key)
+    return free.pop() if free else TimerStack()
+
+
+def give_back_task_stack(key: tuple[object, ...], stack: TimerStack) -> None:
+    """`stack` of `lease_task_stack(key)` is free again (kept for the next one, unless a
+    block is still open in it)."""
+    pool = _task_pool()
+    if len(stack.stack) == 1 and (key in pool or len(pool) < 4096):
+        pool.setdefault(key, []).append(stack)
+
+
+def _task_pool() -> dict[tuple[object, ...], list[TimerStack]]:
+    pool: dict[tuple[object, ...], list[TimerStack]] | None = getattr(_local, "task_pool", None)
+    if pool is None or getattr(_local, "pool_generation", -1) != _generation:
+        pool = _local.task_pool = {}
+        _local.pool_generation = _generation
+    return pool
+
+
 def new_span_id() -> int:
     """A span id for anything but a timed block."""
     return next(_other_ids)  # starts below 2**62: never 0, never past 64 bits

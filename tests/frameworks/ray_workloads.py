@@ -86,6 +86,22 @@ class AsyncSim:
             pass
         return label
 
+    async def late(self, i: int) -> int:
+        """Awaits before its first block: calls from one block interleave with none of them
+        inside a block yet when the next one starts."""
+        await asyncio.sleep(0.01 * (i % 3))
+        with timer("late_step"):
+            await asyncio.sleep(0.05)
+            with timer("late_inner"):
+                await asyncio.sleep(0)
+        return i
+
+    async def warned(self) -> bool:
+        """Whether Ray warned of a blocking ``ray.get`` in this async actor's process (this
+        program makes none: otel_rl's deliveries must not either)."""
+        await asyncio.sleep(1.0)  # two delivery intervals: this process has pushed by now
+        return bool(ray._private.worker.blocking_get_inside_async_warned)
+
 
 @ray.remote(max_concurrency=2)
 class Threaded:
@@ -171,6 +187,8 @@ def calls(out: str, address: str | None) -> None:
             with timer("from_y"):
                 ref_y = async_sim.work.remote("y")
             ray.get([ref_x, ref_y])
+        with timer("interleaved"):
+            ray.get([async_sim.late.remote(i) for i in range(4)])
         with timer("threads"):
             def call(label: str, into: list[Any]) -> None:
                 with timer(label):
@@ -199,6 +217,7 @@ def calls(out: str, address: str | None) -> None:
                 facts["plain"] = ray.get(plain.options(runtime_env=env).remote(2, y=3))
                 facts["plain_name"] = ray.get(task_name.options(runtime_env=env).remote())
     facts["hook"] = ray.get(hook_ran.remote())
+    facts["async_warned"] = ray.get(async_sim.warned.remote())
     with timer("names"):  # the carrier rides in the task's name: the program sees its own
         facts["names"] = ray.get([task_name.remote(), task_name.options(name="mine").remote()])
     facts["reused"] = sorted(set(train_pids) & set(eval_pids))

@@ -79,6 +79,8 @@ CALLS_TREE = {
     ("iteration", "async", "from_x", "async_after"): (1, True),
     ("iteration", "async", "from_y", "async_y"): (1, True),
     ("iteration", "async", "from_y", "async_after"): (1, True),
+    ("iteration", "interleaved", "late_step"): (4, True),
+    ("iteration", "interleaved", "late_step", "late_inner"): (4, True),
     ("iteration", "threads", "thread_0", "threaded_work"): (1, True),
     ("iteration", "threads", "thread_1", "threaded_work"): (1, True),
     ("iteration", "submit", "env_step"): (7, True),
@@ -91,7 +93,7 @@ def _check_calls_tree(tree: dict[str, Any]) -> None:
         assert found.get(path) == expected, (path, found.get(path), expected)
     # Nothing of the workers' landed anywhere else (under root, or under the wrong block).
     worker_names = {"sim_init", "env_step", "rollout_step", "fan_out", "async_x", "async_y",
-                    "async_after", "threaded_work"}
+                    "async_after", "threaded_work", "late_step", "late_inner"}
     stray = [p for p in found if p[-1] in worker_names and p not in CALLS_TREE]
     assert stray == []
     assert "complete" not in tree
@@ -100,7 +102,8 @@ def _check_calls_tree(tree: dict[str, Any]) -> None:
 def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
                                                                tmp_path: Path) -> None:
     """Zero code: tasks (a worker process reused by two callers), nested tasks, sync actors,
-    an async actor with two interleaved calls, a threaded actor called from two threads, a
+    an async actor with interleaved calls (from two blocks; four from one block, each
+    awaiting before its first block), a threaded actor called from two threads, a
     ray.wait/ray.get from another thread, and a task on a worker where otel_rl cannot be
     imported (it still runs)."""
     done, out = _run(ray_venv, tmp_path, "calls", SHADOW_OTEL_RL=str(_shadow(tmp_path)))
@@ -110,6 +113,9 @@ def test_ray_calls_carry_the_callers_context_under_otel_rl_run(ray_venv: Venv,
     assert facts["reused"], "no worker process ran tasks for both callers"
     assert facts["threads"] == 2 and facts["waited"] == 1
     assert facts["hook"] == "ran"  # the program's own worker_process_setup_hook still runs
+    # otel_rl's deliveries from the async actor's process wait without `ray.get`: Ray's
+    # "Using blocking ray.get inside async actor" warning stays the program's own.
+    assert facts["async_warned"] is False
     assert facts["names"] == ["task_name", "mine"]  # Ray's task names, without the carrier
     # The raylet ray.init started prestarts no workers (none could run the job's calls), and
     # the program's environment is as it was.

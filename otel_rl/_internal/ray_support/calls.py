@@ -449,6 +449,31 @@ def _stack_for(rt: Runtime, base: Base) -> TimerStack:
     return stack
 
 
+class _Leased:
+    """A stack of this thread of its own, at `base`'s place, for one call that runs step by
+    step (a coroutine or generator: interleaved with other calls from the same block, they
+    must not share one), for the ``with`` body; None where otel_rl is off by then."""
+
+    __slots__ = ("base", "key", "stack")
+
+    def __init__(self, base: Base) -> None:
+        self.base = base
+        self.key = (base.path, base.pid, base.tid)
+        self.stack: TimerStack | None = None
+
+    def __enter__(self) -> TimerStack | None:
+        rt = runtime.active()
+        if rt is not None:
+            self.stack = recorder.lease_task_stack(self.key)
+            rt.adopt(self.stack, base=self.base)
+        return self.stack
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stack is not None:
+            recorder.give_back_task_stack(self.key, self.stack)
+            self.stack = None
+
+
 def _started(new_call: bool = True) -> None:
     """A call starts running (`new_call`), or a generator call's body runs again after its
     call returned (counted running again, not started again); the driver is told if the
@@ -505,13 +530,13 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
             result = executor(*args, **kwargs)
             if isinstance(result, Coroutine):
                 ended = False
-                return _stepped(result, stack)
+                return _stepped(result, base)
             # A generator runs as Ray iterates it (Ray takes what `inspect.isgenerator` and
             # `isasyncgen` take: these exact types).
             if type(result) is GeneratorType:
-                return _generated(result, stack)
+                return _generated(result, base)
             if type(result) is AsyncGeneratorType:
-                return _agenerated(result, stack)
+                return _agenerated(result, base)
             return result
         except BaseException:
             if is_init:  # the actor dies with its constructor: deliver what it holds first
@@ -549,82 +574,92 @@ class _Step:
         return (yield self.value)
 
 
-def _step(it: Any, stack: TimerStack, value: Any, error: BaseException | None) -> Any:
+def _step(it: Any, stack: TimerStack | None, value: Any, error: BaseException | None) -> Any:
     """One step of the coroutine or generator `it` (``send(value)``, or ``throw(error)``) with
-    `stack` active around it only."""
-    previous = recorder.set_active_stack(stack)
+    `stack` active around it only (None: as it stands)."""
+    previous = recorder.set_active_stack(stack) if stack is not None else None
     try:
         return it.send(value) if error is None else it.throw(error)
     finally:
-        recorder.set_active_stack(previous)
+        if stack is not None:
+            recorder.set_active_stack(previous)
 
 
-async def _stepped(coro: Coroutine[Any, Any, Any], stack: TimerStack,
-                   counted: bool = True) -> Any:
-    """Run `coro` with `stack` active around each of its steps only; `counted`: it is the
-    call (it ends the call's count of running calls when it ends)."""
+async def _steps(coro: Coroutine[Any, Any, Any], stack: TimerStack | None) -> Any:
+    """Run `coro` with `stack` active around each of its steps only."""
     value: Any = None
     error: BaseException | None = None
-    try:
-        while True:
-            try:
-                yielded = _step(coro, stack, value, error)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                value, error = await _Step(yielded), None
-            except BaseException as exc:  # cancellation: passed into the call
-                value, error = None, exc
-    finally:
-        if counted:
-            _ended()
+    while True:
+        try:
+            yielded = _step(coro, stack, value, error)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            value, error = await _Step(yielded), None
+        except BaseException as exc:  # cancellation: passed into the call
+            value, error = None, exc
 
 
-def _generated(gen: Generator[Any, Any, Any], stack: TimerStack) -> Generator[Any, Any, Any]:
-    """`gen` with `stack` active around each of its steps only (and while it is closed)."""
-    _started(new_call=False)
-    value: Any = None
-    error: BaseException | None = None
+async def _stepped(coro: Coroutine[Any, Any, Any], base: Base) -> Any:
+    """The call `coro` run on a stack of its own at `base`'s place, active around each of its
+    steps only; the call's count of running calls ends with it."""
     try:
-        while True:
-            try:
-                item = _step(gen, stack, value, error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                value, error = (yield item), None
-            except GeneratorExit:  # closed early: its own clean-up on its caller's stack
-                previous = recorder.set_active_stack(stack)
-                try:
-                    gen.close()
-                finally:
-                    recorder.set_active_stack(previous)
-                raise
-            except BaseException as exc:
-                value, error = None, exc
+        with _Leased(base) as stack:
+            return await _steps(coro, stack)
     finally:
         _ended()
 
 
-async def _agenerated(agen: AsyncGenerator[Any, Any], stack: TimerStack) -> AsyncGenerator[Any, Any]:
-    """`agen` with `stack` active around each step of each of its steps only."""
+def _generated(gen: Generator[Any, Any, Any], base: Base) -> Generator[Any, Any, Any]:
+    """`gen` on a stack of its own at `base`'s place, active around each of its steps only
+    (and while it is closed)."""
     _started(new_call=False)
     value: Any = None
     error: BaseException | None = None
     try:
-        while True:
-            step = agen.asend(value) if error is None else agen.athrow(error)
-            try:
-                item = await _stepped(step, stack, counted=False)  # type: ignore[arg-type]
-            except StopAsyncIteration:
-                return
-            try:
-                value, error = (yield item), None
-            except GeneratorExit:
-                await _stepped(agen.aclose(), stack, counted=False)  # type: ignore[arg-type]
-                raise
-            except BaseException as exc:
-                value, error = None, exc
+        with _Leased(base) as stack:
+            while True:
+                try:
+                    item = _step(gen, stack, value, error)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                try:
+                    value, error = (yield item), None
+                except GeneratorExit:  # closed early: its own clean-up on its own stack
+                    previous = recorder.set_active_stack(stack) if stack is not None else None
+                    try:
+                        gen.close()
+                    finally:
+                        if stack is not None:
+                            recorder.set_active_stack(previous)
+                    raise
+                except BaseException as exc:
+                    value, error = None, exc
+    finally:
+        _ended()
+
+
+async def _agenerated(agen: AsyncGenerator[Any, Any], base: Base) -> AsyncGenerator[Any, Any]:
+    """`agen` on a stack of its own at `base`'s place, active around each step of each of its
+    steps only."""
+    _started(new_call=False)
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        with _Leased(base) as stack:
+            while True:
+                step = agen.asend(value) if error is None else agen.athrow(error)
+                try:
+                    item = await _steps(step, stack)  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    return
+                try:
+                    value, error = (yield item), None
+                except GeneratorExit:
+                    await _steps(agen.aclose(), stack)  # type: ignore[arg-type]
+                    raise
+                except BaseException as exc:
+                    value, error = None, exc
     finally:
         _ended()
 

@@ -213,12 +213,10 @@ def _finish(reason: str) -> None:
 def _flush_before_kill(driver: Any, actor: Any) -> None:
     """Let the actor deliver what it holds before `ray.kill` ends it (bounded); `driver`:
     this process's, or None in a worker (the delivery reaches the driver on its own)."""
-    import ray
-
     try:
         with calls.internal():
             ref = actor.__ray_call__.remote(_shim.flush_in_actor)
-        key = ray.get(ref, timeout=KILL_FLUSH_TIMEOUT)
+        key = ref.future().result(timeout=KILL_FLUSH_TIMEOUT)  # not `ray.get` (see sink._push)
     except Exception:
         return  # busy or gone: what it held is counted at the end if it was busy
     if driver is None:

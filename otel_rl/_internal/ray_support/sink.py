@@ -154,8 +154,11 @@ class RaySink(RelayClient):
                 meta = {"seq": self.seq, "records": records, "busy": busy,
                         "answer": self._answering, "final": self.final, "pid": os.getpid(),
                         "index_given": self.index_given}
-                asked = ray.get(handle.push.remote(self.key, meta, frames),
-                                timeout=max(0.1, timeout))
+                # Waited on through the reference's future, not `ray.get`: in an async
+                # actor's process Ray warns of any `ray.get` ("Using blocking ray.get inside
+                # async actor..."), once, and stays quiet about the program's own after it.
+                asked = handle.push.remote(self.key, meta, frames).future().result(
+                    timeout=max(0.1, timeout))
                 self.pushes += 1
             except Exception as exc:
                 self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
