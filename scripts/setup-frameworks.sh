@@ -57,12 +57,18 @@ assert google.protobuf.__version__ == '3.20.3' and numpy.__version__ == '1.23.5'
 
 build_ray() {
     # RLlib 2.60 wants gymnasium 1.x, Sample Factory gymnasium<1.0: each framework its own venv.
-    # ray[client] (grpcio) for Ray Client: a driver connecting with ray.init("ray://...").
-    pip_in "$1" "ray[rllib,client]==$RAY" "torch==$TORCH"
+    # ray[client] (grpcio) for Ray Client: a driver connecting with ray.init("ray://...");
+    # ray[serve] for Ray Serve's handle calls.
+    pip_in "$1" "ray[rllib,client,serve]==$RAY" "torch==$TORCH"
 }
 
 check_ray() {
-    "$1/bin/python" -W ignore -c "import torch, grpc, ray, ray.rllib.algorithms.ppo" 2>/dev/null
+    "$1/bin/python" -W ignore -c "import torch, grpc, ray, ray.rllib.algorithms.ppo, ray.serve" \
+        2>/dev/null
+}
+
+upgrade_ray() {  # a venv built before Ray Serve was added: only Serve's extras (no new torch)
+    pip_in "$1" "ray[rllib,client,serve]==$RAY"
 }
 
 build_otel_oldest() {
@@ -86,8 +92,13 @@ ensure() {  # ensure <name> <key>
     venv="$CACHE_ROOT/venvs/$key"
     stamp="$venv/.otel-rl-complete"
     if [[ -f "$stamp" ]] && ! "check_$name" "$venv"; then
-        echo "setup-frameworks: $venv fails its check; rebuilding" >&2
-        rm -f "$stamp"
+        if declare -F "upgrade_$name" >/dev/null && "upgrade_$name" "$venv" \
+                && "check_$name" "$venv"; then
+            echo "setup-frameworks: $venv upgraded in place" >&2
+        else
+            echo "setup-frameworks: $venv fails its check; rebuilding" >&2
+            rm -f "$stamp"
+        fi
     fi
     if [[ ! -f "$stamp" ]]; then
         echo "setup-frameworks: building $venv (several minutes on a fresh machine)" >&2

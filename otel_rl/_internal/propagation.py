@@ -15,10 +15,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from types import ModuleType, TracebackType
+from types import CoroutineType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from otel_rl._internal import carrier, recorder, rllib, runtime, torchrun
+from otel_rl._internal import carrier, recorder, rllib, runtime, stepping, torchrun
 
 if TYPE_CHECKING:
     from inspect import Signature
@@ -209,15 +209,36 @@ def _pool_wrapper(name: str) -> Callable[..., Any]:
     return method
 
 
+def _handing_place(rt: Runtime) -> Base | None:
+    """Where work this thread hands to another thread of the process runs: the block open here,
+    or the place this thread's active stack runs at (a task's, a Ray call's); None at the
+    thread's own root (the other thread's own place is right then)."""
+    st = recorder.active_stack()
+    if st is None or (len(st.stack) <= 1 and st.base is rt.base):
+        return None
+    _, base, path = runtime.current_base(rt)
+    return Base(st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid)
+
+
 def _patched_thread_start(self: threading.Thread) -> None:
     rt = _auto()
     if rt is not None and not self.name.startswith("otel_rl-"):
-        st = recorder.active_stack()
-        if st is not None and (len(st.stack) > 1 or st.base is not rt.base):
-            _, base, path = runtime.current_base(rt)
-            self._otel_rl_base = Base(  # type: ignore[attr-defined]
-                st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid)
+        place = _handing_place(rt)
+        if place is not None:
+            self._otel_rl_base = place  # type: ignore[attr-defined]
     _original["thread_start"](self)
+
+
+def _patched_run_coroutine_threadsafe(coro: Any, loop: Any) -> Any:
+    # A coroutine handed to another thread's event loop (Ray Serve runs a deployment's code so)
+    # runs at the place it was handed from, on a stack of its own: others handed from the same
+    # place run interleaved with it on that loop.
+    rt = _auto()
+    if rt is not None and type(coro) is CoroutineType:
+        place = _handing_place(rt)
+        if place is not None:
+            coro = stepping.at_place(coro, place)
+    return _original["run_coroutine_threadsafe"](coro, loop)
 
 
 _popen_signature: Signature | None = None
@@ -278,6 +299,29 @@ def _patch_thread_pool(module: ModuleType) -> None:
     cls.submit = _patched_thread_submit
 
 
+def _patch_asyncio(module: Any) -> None:  # asyncio.tasks
+    original = _original["run_coroutine_threadsafe"] = module.run_coroutine_threadsafe
+    _patched_run_coroutine_threadsafe.__doc__ = original.__doc__
+    module.run_coroutine_threadsafe = _patched_run_coroutine_threadsafe
+    package: Any = sys.modules.get("asyncio")  # re-exported there (when already imported)
+    if package is not None and getattr(package, "run_coroutine_threadsafe", None) is original:
+        package.run_coroutine_threadsafe = _patched_run_coroutine_threadsafe
+
+
+def _patch_anyio(module: Any) -> None:  # anyio.to_thread
+    # anyio (Starlette, FastAPI, Ray Serve's sync methods) runs a function in a worker thread
+    # it keeps for later calls: each call runs where it was made, as a pool's task does (the
+    # worker thread's own place is where it was first started).
+    original = _original["anyio_run_sync"] = module.run_sync
+
+    async def run_sync(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await original(_in_process_task(func), *args, **kwargs)
+
+    run_sync.__name__, run_sync.__doc__ = original.__name__, original.__doc__
+    run_sync.__wrapped__ = original  # type: ignore[attr-defined]
+    module.run_sync = run_sync
+
+
 def _patch_pool(module: ModuleType) -> None:
     for name in ("apply_async", "_map_async", "imap", "imap_unordered"):
         _original[name] = getattr(module.Pool, name)
@@ -292,11 +336,20 @@ def _patch_ray(module: ModuleType) -> None:
     patches.install()
 
 
+def _patch_serve(module: ModuleType) -> None:
+    from otel_rl._internal.ray_support import calls  # Ray Serve handle calls
+
+    calls.patch_serve_handle(module)
+
+
 _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "anyio.to_thread": _patch_anyio,
+    "asyncio.tasks": _patch_asyncio,
     "concurrent.futures.process": _patch_process_pool,
     "concurrent.futures.thread": _patch_thread_pool,
     "multiprocessing.pool": _patch_pool,
     "ray": _patch_ray,
+    "ray.serve.handle": _patch_serve,
     **rllib.PATCHES,  # RLlib's own timers as blocks, its actors' roles
 }
 

@@ -172,7 +172,8 @@ def load(path: Path) -> Any:
 
 
 def span_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """Each span of an OTLP-JSON spans file as {name, attributes, resource}."""
+    """Each span of an OTLP-JSON spans file as {name, span_id, parent_span_id, attributes,
+    resource}."""
     def value(v: dict[str, Any]) -> Any:
         for key in ("stringValue", "intValue", "doubleValue", "boolValue"):
             if key in v:
@@ -187,4 +188,6 @@ def span_lines(path: Path) -> Iterator[dict[str, Any]]:
             for ss in rs.get("scopeSpans", []):
                 for span in ss.get("spans", []):
                     attrs = {a["key"]: value(a["value"]) for a in span.get("attributes", [])}
-                    yield {"name": span["name"], "attributes": attrs, "resource": resource}
+                    yield {"name": span["name"], "span_id": span.get("spanId"),
+                           "parent_span_id": span.get("parentSpanId"), "attributes": attrs,
+                           "resource": resource}

@@ -78,6 +78,14 @@ class AsyncSim:
                 await asyncio.sleep(0)
             yield i
 
+    async def labelled(self, n: int, label: int) -> Any:
+        """An async generator method called several times at once (each from its own block)."""
+        for i in range(n):
+            await asyncio.sleep(0.01)
+            with timer(f"labelled_{label}"):
+                await asyncio.sleep(0.005)
+            yield i
+
     async def work(self, label: str) -> str:
         with timer(f"async_{label}"):
             pass
@@ -508,12 +516,62 @@ def generators(out: str, address: str | None) -> None:
             refs = stream.remote(3)
             first = ray.get(next(refs))
             del refs
+        with timer("concurrent"):  # four calls of one async generator method in flight at once
+            made = []
+            for k in range(4):
+                with timer(f"from_{k}"):
+                    made.append(async_sim.labelled.remote(2, k))
+            labelled = [sum(ray.get(ref) for ref in call) for call in made]
     ray.shutdown()
-    result(streamed=streamed, first=first)
+    result(streamed=streamed, first=first, labelled=labelled)
+
+
+def _serve_app() -> Any:
+    """Two Ray Serve deployments: an async ingress calling a sync model through its handle."""
+    from ray import serve as ray_serve
+
+    @ray_serve.deployment(ray_actor_options={"num_cpus": 0})
+    class Model:
+        def __call__(self, x: int) -> int:
+            with timer("model_forward"):
+                time.sleep(0.002)
+            return x * 2
+
+    @ray_serve.deployment(ray_actor_options={"num_cpus": 0})
+    class Ingress:
+        def __init__(self, model: Any) -> None:
+            self.model = model
+
+        async def __call__(self, x: int) -> int:
+            await asyncio.sleep(0.001 * (x % 3))  # interleaved requests: none in a block yet
+            with timer("ingress"):
+                y = await self.model.remote(x)
+            return int(y) + 1
+
+    return Ingress.bind(Model.bind())
+
+
+def serve(out: str, address: str | None) -> None:
+    """Ray Serve: each handle call carries the caller's block to the replica, and the
+    replica's own handle call to the next (Serve makes each Ray call later, from its router's
+    event loop thread, and runs deployment code on a thread of its own)."""
+    from ray import serve as ray_serve
+
+    ray.init(num_cpus=2, **RAY_INIT)
+    ray_serve.start(http_options={"location": "NoServer"})
+    handle = ray_serve.run(_serve_app(), name="app", route_prefix=None)
+    with timer("requests"):  # one at a time
+        got = [handle.remote(i).result() for i in range(6)]
+    with timer("together"):  # four in flight at once
+        responses = [handle.remote(i) for i in range(4)]
+        got += [response.result() for response in responses]
+    ray_serve.shutdown()
+    ray.shutdown()
+    result(got=got)
 
 
 SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late,
-             "endings": endings, "generators": generators}
+             "endings": endings, "generators": generators, "serve": serve}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

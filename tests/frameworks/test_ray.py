@@ -283,9 +283,10 @@ def test_ray_nothing_lost_kill_raise_exit_shutdown(ray_venv: Venv, tmp_path: Pat
 
 def test_ray_generator_calls_run_under_the_callers_block(ray_venv: Venv,
                                                          tmp_path: Path) -> None:
-    """Streaming generator calls (a task, a generator method, an async generator method) and a
-    generator task with ``num_returns=2``: their bodies run after the call has returned, as
-    the caller iterates, and their blocks still hang under the calling block."""
+    """Streaming generator calls (a task, a generator method, an async generator method, four
+    calls of one async generator method in flight at once) and a generator task with
+    ``num_returns=2``: their bodies run after the call has returned, as the caller iterates,
+    and their blocks still hang under the calling block."""
     done, out = _run(ray_venv, tmp_path, "generators")
     facts = _result(done)
     assert facts["streamed"] == [6, 3, 1, 1] and facts["first"] == 0
@@ -297,6 +298,42 @@ def test_ray_generator_calls_run_under_the_callers_block(ray_venv: Venv,
     assert found[("iteration", "stream", "astream_step")] == (2, True)
     assert found[("iteration", "partly", "stream_step")] == (3, True)
     assert not [p for p in found if p[-1].endswith("stream_step") and p[0] != "iteration"]
+    # Calls of an async generator method in flight at once: each under its own caller (the
+    # task name Ray gives when such a call is made can be a later call's).
+    assert facts["labelled"] == [1, 1, 1, 1]
+    for k in range(4):
+        assert found[("iteration", "concurrent", f"from_{k}", f"labelled_{k}")] == (2, True)
+    assert len([p for p in found if p[-1].startswith("labelled_")]) == 4
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+
+
+def test_ray_serve_handle_calls_run_under_the_callers_block(ray_venv: Venv,
+                                                            tmp_path: Path) -> None:
+    """Ray Serve: an async ingress deployment calling a sync model deployment through its
+    handle, requests one at a time and four at once. Serve makes each Ray call later, from
+    its router's event-loop thread; it runs deployment code on a loop thread of its own, and
+    sync methods in anyio's worker threads; its controller ends itself with ``ray.kill`` at
+    ``serve.shutdown()``. Every block still hangs under the block that made the request, none
+    under another request's, and nothing is counted lost."""
+    done, out = _run(ray_venv, tmp_path, "serve")
+    facts = _result(done)
+    assert facts["got"] == [1, 3, 5, 7, 9, 11, 1, 3, 5, 7]
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, (tree.get("notes"), done.stderr[-2000:])
+    found = counts(tree)
+    assert found[("requests", "ingress")] == (6, True)
+    assert found[("requests", "ingress", "model_forward")] == (6, True)
+    assert found[("together", "ingress")] == (4, True)
+    assert found[("together", "ingress", "model_forward")] == (4, True)
+    assert not [p for p in found if p[-1] in ("ingress", "model_forward")
+                and p[0] not in ("requests", "together")]
+    roles = {(w["role"], w["index"]) for w in tree["workers"]}
+    assert {("ServeReplica:app:Ingress", 0), ("ServeReplica:app:Model", 0)} <= roles
+    # Each model block's span hangs under its own request's ingress span.
+    spans = list(span_lines(out / "spans.otlp.jsonl"))
+    ingress = {s["span_id"] for s in spans if s["name"] == "ingress"}
+    parents = [s["parent_span_id"] for s in spans if s["name"] == "model_forward"]
+    assert len(ingress) == 10 and sorted(parents) == sorted(ingress)
     assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
 
 

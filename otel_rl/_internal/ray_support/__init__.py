@@ -33,6 +33,8 @@ Internal API for framework integrations (the RLlib module builds on it):
 - Every ``.remote()`` (task, actor creation, actor method; from the driver or from inside a
   worker) carries the block open on the calling thread; the call's blocks in the worker are
   children of it (spans, and the whole-run timers.json as parallel branches).
+- A Ray Serve ``DeploymentHandle.remote()`` carries the block open at the call the same way
+  (`calls.patch_serve_handle`; Serve makes the Ray call later, from its router's thread).
 - ``patches.current_driver()``: the driver's `driver.Driver` (its `Ledger` holds per-worker
   delivery counts and the lines of workers counted lost), None elsewhere.
 """

@@ -26,6 +26,8 @@ tasks``) list such calls under the longer name.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import os
 import sys
 import threading
@@ -33,7 +35,7 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from types import AsyncGeneratorType, GeneratorType
 from typing import Any
 
-from otel_rl._internal import carrier, recorder, runtime
+from otel_rl._internal import carrier, recorder, runtime, stepping
 from otel_rl._internal.recorder import Base, TimerStack
 from otel_rl._internal.runtime import Runtime
 
@@ -110,10 +112,21 @@ class internal:
         _made.internal -= 1
 
 
+#: The carrier of a Ray Serve handle call (`patch_serve_handle`), for the Ray call Serve makes
+#: for it later from its router's event loop (a thread of its own, where none of the caller's
+#: blocks is open), in an asyncio task made from the ``.remote()`` call, which copies its
+#: context variables.
+_handed: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_rl_handed",
+                                                                     default=None)
+
+
 def carrier_for_call() -> str | None:
     made = _made.__dict__  # this thread's
     if made.get("internal"):
         return None  # otel_rl's own calls (`internal`)
+    handed = _handed.get()
+    if handed is not None:
+        return handed
     own = made.get("own")
     if own is None:  # looked up once per thread (a thread's name is looked up slowly)
         own = made["own"] = threading.current_thread().name.startswith("otel_rl-")
@@ -149,7 +162,7 @@ def _named_again(target: Any, given: Any) -> Any:
     its next call."""
     made = _made.__dict__
     last = made.get("call")
-    if last is None or last[0] is not target or made.get("internal"):
+    if last is None or last[0] is not target or made.get("internal") or _handed.get():
         return None
     st = recorder.active_stack()
     rt: Runtime = last[4]
@@ -350,6 +363,29 @@ def patch_submit() -> None:
         owner._remote = _submit_wrapper(key)
 
 
+def patch_serve_handle(module: Any) -> None:
+    """Ray Serve: a ``DeploymentHandle.remote()`` call carries the block open at the call to
+    the replica (through `_handed`: Serve makes the replica's Ray call later, elsewhere)."""
+    cls = module._DeploymentHandleBase
+    original = cls._remote
+    if getattr(original, "_otel_rl", False):
+        return
+
+    @functools.wraps(original)
+    def _remote(self: Any, *args: Any, **kwargs: Any) -> Any:
+        value = carrier_for_call() if joined else None
+        if value is None:
+            return original(self, *args, **kwargs)
+        token = _handed.set(value)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _handed.reset(token)
+
+    _remote._otel_rl = True  # type: ignore[attr-defined]
+    cls._remote = _remote
+
+
 # --- execute side ---------------------------------------------------------------------------------
 #: Parsed carriers (a worker sees the same few callers' blocks over and over).
 _bases: dict[bytes | str, Base] = {}
@@ -449,31 +485,6 @@ def _stack_for(rt: Runtime, base: Base) -> TimerStack:
     return stack
 
 
-class _Leased:
-    """A stack of this thread of its own, at `base`'s place, for one call that runs step by
-    step (a coroutine or generator: interleaved with other calls from the same block, they
-    must not share one), for the ``with`` body; None where otel_rl is off by then."""
-
-    __slots__ = ("base", "key", "stack")
-
-    def __init__(self, base: Base) -> None:
-        self.base = base
-        self.key = (base.path, base.pid, base.tid)
-        self.stack: TimerStack | None = None
-
-    def __enter__(self) -> TimerStack | None:
-        rt = runtime.active()
-        if rt is not None:
-            self.stack = recorder.lease_task_stack(self.key)
-            rt.adopt(self.stack, base=self.base)
-        return self.stack
-
-    def __exit__(self, *exc: object) -> None:
-        if self.stack is not None:
-            recorder.give_back_task_stack(self.key, self.stack)
-            self.stack = None
-
-
 def _started(new_call: bool = True) -> None:
     """A call starts running (`new_call`), or a generator call's body runs again after its
     call returned (counted running again, not started again); the driver is told if the
@@ -536,7 +547,7 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
             if type(result) is GeneratorType:
                 return _generated(result, base)
             if type(result) is AsyncGeneratorType:
-                return _agenerated(result, base)
+                return _agenerated(result, base, again=not is_task)
             return result
         except BaseException:
             if is_init:  # the actor dies with its constructor: deliver what it holds first
@@ -553,6 +564,17 @@ def wrap_executor(executor: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _own_base(base: Base) -> Base:
+    """The place of the call running now, by its task name read now; `base` if none is found."""
+    try:
+        handed = _carrier_in_task_name(False)
+        rt = runtime.active()
+        own = _base_of(rt, handed) if rt is not None and handed is not None else None
+    except Exception:  # another Ray: keep what was read before
+        return base
+    return own or base
+
+
 def _flush_quietly() -> None:
     hook = on_init_failed
     if hook is not None:
@@ -562,50 +584,11 @@ def _flush_quietly() -> None:
             pass
 
 
-class _Step:
-    """Hands one value a coroutine yielded to the event loop, and the loop's answer back."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return (yield self.value)
-
-
-def _step(it: Any, stack: TimerStack | None, value: Any, error: BaseException | None) -> Any:
-    """One step of the coroutine or generator `it` (``send(value)``, or ``throw(error)``) with
-    `stack` active around it only (None: as it stands)."""
-    previous = recorder.set_active_stack(stack) if stack is not None else None
-    try:
-        return it.send(value) if error is None else it.throw(error)
-    finally:
-        if stack is not None:
-            recorder.set_active_stack(previous)
-
-
-async def _steps(coro: Coroutine[Any, Any, Any], stack: TimerStack | None) -> Any:
-    """Run `coro` with `stack` active around each of its steps only."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            yielded = _step(coro, stack, value, error)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            value, error = await _Step(yielded), None
-        except BaseException as exc:  # cancellation: passed into the call
-            value, error = None, exc
-
-
 async def _stepped(coro: Coroutine[Any, Any, Any], base: Base) -> Any:
     """The call `coro` run on a stack of its own at `base`'s place, active around each of its
     steps only; the call's count of running calls ends with it."""
     try:
-        with _Leased(base) as stack:
-            return await _steps(coro, stack)
+        return await stepping.at_place(coro, base)
     finally:
         _ended()
 
@@ -617,10 +600,10 @@ def _generated(gen: Generator[Any, Any, Any], base: Base) -> Generator[Any, Any,
     value: Any = None
     error: BaseException | None = None
     try:
-        with _Leased(base) as stack:
+        with stepping.Leased(base) as stack:
             while True:
                 try:
-                    item = _step(gen, stack, value, error)
+                    item = stepping.step(gen, stack, value, error)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 try:
@@ -639,24 +622,29 @@ def _generated(gen: Generator[Any, Any, Any], base: Base) -> Generator[Any, Any,
         _ended()
 
 
-async def _agenerated(agen: AsyncGenerator[Any, Any], base: Base) -> AsyncGenerator[Any, Any]:
+async def _agenerated(agen: AsyncGenerator[Any, Any], base: Base,
+                      again: bool = False) -> AsyncGenerator[Any, Any]:
     """`agen` on a stack of its own at `base`'s place, active around each step of each of its
-    steps only."""
+    steps only. `again`: the call's carrier is read again at its first step. (An async actor's
+    generator call is made on a thread of Ray's where the task name read can be another
+    call's, made since; its steps run in the call's own context, where it is its own.)"""
+    if again:
+        base = _own_base(base)
     _started(new_call=False)
     value: Any = None
     error: BaseException | None = None
     try:
-        with _Leased(base) as stack:
+        with stepping.Leased(base) as stack:
             while True:
                 step = agen.asend(value) if error is None else agen.athrow(error)
                 try:
-                    item = await _steps(step, stack)  # type: ignore[arg-type]
+                    item = await stepping.steps(step, stack)  # type: ignore[arg-type]
                 except StopAsyncIteration:
                     return
                 try:
                     value, error = (yield item), None
                 except GeneratorExit:
-                    await _steps(agen.aclose(), stack)  # type: ignore[arg-type]
+                    await stepping.steps(agen.aclose(), stack)  # type: ignore[arg-type]
                     raise
                 except BaseException as exc:
                     value, error = None, exc

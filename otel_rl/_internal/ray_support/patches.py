@@ -210,10 +210,23 @@ def _finish(reason: str) -> None:
         pass
 
 
+def _is_this_actor(actor: Any) -> bool:
+    import ray
+
+    own = ray.get_runtime_context().get_actor_id()
+    actor_id = getattr(actor, "_actor_id", None)
+    return own is not None and actor_id is not None and actor_id.hex() == own
+
+
 def _flush_before_kill(driver: Any, actor: Any) -> None:
     """Let the actor deliver what it holds before `ray.kill` ends it (bounded); `driver`:
     this process's, or None in a worker (the delivery reaches the driver on its own)."""
     try:
+        if _is_this_actor(actor):
+            # An actor ending itself (Ray Serve's controller does, from its event loop): a call
+            # into it could not run before the kill, it delivers here.
+            _shim.flush_in_actor(None)
+            return
         with calls.internal():
             ref = actor.__ray_call__.remote(_shim.flush_in_actor)
         key = ref.future().result(timeout=KILL_FLUSH_TIMEOUT)  # not `ray.get` (see sink._push)

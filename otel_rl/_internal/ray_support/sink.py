@@ -148,8 +148,6 @@ class RaySink(RelayClient):
                 handle = self._connect()
                 if handle is None:
                     raise RuntimeError("not connected to Ray")
-                import ray
-
                 self.seq += 1
                 meta = {"seq": self.seq, "records": records, "busy": busy,
                         "answer": self._answering, "final": self.final, "pid": os.getpid(),
