@@ -1,20 +1,27 @@
 """A coroutine handed to another thread's event loop (``asyncio.run_coroutine_threadsafe``)
 from inside a block runs under that block, each on a stack of its own (Ray Serve runs a
-deployment's code so, on a loop thread of its own), as threads and executors do already.
+deployment's code so, on a loop thread of its own), as threads and executors do already;
+and a module patched on import that is not as otel_rl knows it still imports and runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from otel_rl.testing import capture_spans
 from otel_rl.timers import hierarchical_timer as timer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -85,3 +92,24 @@ def test_what_the_loop_sees_is_the_coroutines_result_error_and_cancellation(
         pending.cancel()
         with pytest.raises(concurrent.futures.CancelledError):
             pending.result(10)
+
+
+def test_a_module_otel_rl_cannot_patch_still_imports_and_runs(tmp_path: Path) -> None:
+    """An ``anyio`` whose ``to_thread`` has no ``run_sync`` (another version than otel_rl
+    knows): importing it after ``configure`` works, one warning says what was skipped."""
+    (tmp_path / "anyio").mkdir()
+    (tmp_path / "anyio" / "__init__.py").write_text("")
+    (tmp_path / "anyio" / "to_thread.py").write_text("def run_later(f):\n    return f()\n")
+    program = ("import otel_rl\n"
+               "otel_rl.configure(propagate=True, output_dir=r'%s')\n"
+               "import anyio.to_thread\n"
+               "print(anyio.to_thread.run_later(lambda: 'ran'))\n"
+               "otel_rl.shutdown()\n") % (tmp_path / "out")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(tmp_path), str(ROOT)])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ran"
+    warned = [line for line in done.stderr.splitlines() if "anyio.to_thread" in line]
+    assert len(warned) == 1 and "cannot instrument anyio.to_thread" in warned[0], done.stderr

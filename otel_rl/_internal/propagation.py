@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import CoroutineType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from otel_rl._internal import carrier, recorder, rllib, runtime, stepping, torchrun
+from otel_rl._internal import carrier, log, recorder, rllib, runtime, stepping, torchrun
 
 if TYPE_CHECKING:
     from inspect import Signature
@@ -380,10 +380,17 @@ class _PatchOnImport:
         def exec_and_patch(module: ModuleType) -> None:
             exec_module(module)
             if self.patches.pop(name, None) is not None:
-                patch(module)
+                _apply(name, patch, module)
 
         setattr(loader, "exec_module", exec_and_patch)  # noqa: B010 - a method on purpose
         return spec
+
+
+def _apply(name: str, patch: Callable[[ModuleType], None], module: ModuleType) -> None:
+    try:
+        patch(module)
+    except Exception as exc:  # another version of that module: it runs as without otel_rl
+        log.warning("otel_rl: cannot instrument %s (%r); it runs as without otel_rl", name, exc)
 
 
 def _install_lazy_patches() -> None:
@@ -391,7 +398,7 @@ def _install_lazy_patches() -> None:
     for name, patch in _LAZY_PATCHES.items():
         module = sys.modules.get(name)
         if module is not None:
-            patch(module)
+            _apply(name, patch, module)
         else:
             pending[name] = patch
     if pending:
