@@ -365,30 +365,23 @@ def test_interleaved_async_calls_from_one_block_each_nest_on_their_own() -> None
     """Calls of an async actor made from one block run interleaved on one event loop; each
     awaits before its first block (so none has a block open when the next starts): their
     blocks all hang under the caller's block, none under another call's (Ray 2.60, before
-    each call had a stack of its own: ``a/a/a/...``)."""
+    each call had a stack of its own: ``handed/handed/...``)."""
     import asyncio
 
-    from otel_rl.timers import hierarchical_timer
-
-    async def call(i: int) -> int:
-        await asyncio.sleep(0.001 * (i % 3))
-        with hierarchical_timer("a"):
-            await asyncio.sleep(0.002)
-            with hierarchical_timer("b"):
-                await asyncio.sleep(0)
-        return i
+    from tests.test_asyncio_handoff import work  # awaits, then `handed` with `inner` in it
 
     async def main(base: Any) -> list[int]:
         for _ in range(4):
             calls._started()  # as `wrap_executor` counts a call before it is stepped
-        return list(await asyncio.gather(*(calls._stepped(call(i), base) for i in range(4))))
+        return list(await asyncio.gather(*(calls._stepped(work(i), base) for i in range(4))))
 
     with _caller_place() as (base, captured):
         before = calls.running
         assert asyncio.run(main(base)) == [0, 1, 2, 3]
         assert calls.running == before
     spans = {s.span_id: s for s in captured.spans}
-    a_ids = {s.span_id for s in spans.values() if s.name == "a"}
-    assert len(a_ids) == 4
-    assert {spans[i].parent_span_id for i in a_ids} == {f"{0xCA11E2:016x}"}
-    assert {spans[s].parent_span_id for s in spans if spans[s].name == "b"} == a_ids
+    outer = {s.span_id for s in spans.values() if s.name == "handed"}
+    assert len(outer) == 4
+    assert {spans[i].parent_span_id for i in outer} == {f"{0xCA11E2:016x}"}
+    inner = [s.parent_span_id for s in spans.values() if s.name == "inner"]
+    assert sorted(inner) == sorted(outer)  # each under its own call's block

@@ -110,12 +110,18 @@ class _Task:
         return (_Task, (self.fn, self.carrier))
 
 
+def _place_here(rt: Runtime) -> Base:
+    """The place this thread is at now (the block open on it, or its stack's own place), as
+    work handed from here to another thread of the process starts at."""
+    st, base, path = runtime.current_base(rt)
+    return Base(st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid)
+
+
 def _in_process_task(fn: Callable[..., Any]) -> Callable[..., Any]:
     rt = _auto()
     if rt is None:
         return fn
-    st, base, path = runtime.current_base(rt)
-    return _Task(fn, Base(st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid))
+    return _Task(fn, _place_here(rt))
 
 
 def _remote_task(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -216,8 +222,7 @@ def _handing_place(rt: Runtime) -> Base | None:
     st = recorder.active_stack()
     if st is None or (len(st.stack) <= 1 and st.base is rt.base):
         return None
-    _, base, path = runtime.current_base(rt)
-    return Base(st.trace or base.trace, st.span or base.span_id, path, rt.pid, st.tid)
+    return _place_here(rt)
 
 
 def _patched_thread_start(self: threading.Thread) -> None:

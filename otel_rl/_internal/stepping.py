@@ -53,12 +53,19 @@ class _Yielded:
         return (yield self.value)
 
 
+#: `step`'s `error` that closes the generator instead (an early close: its clean-up runs at its
+#: place too).
+CLOSE = GeneratorExit()
+
+
 def step(it: Any, stack: TimerStack | None, value: Any, error: BaseException | None) -> Any:
-    """One step of the coroutine or generator `it` (``send(value)``, or ``throw(error)``) with
-    `stack` active around it only (None: as it stands)."""
+    """One step of the coroutine or generator `it` (``send(value)``, ``throw(error)``, or
+    ``close()`` for `CLOSE`) with `stack` active around it only (None: as it stands)."""
     previous = recorder.set_active_stack(stack) if stack is not None else None
     try:
-        return it.send(value) if error is None else it.throw(error)
+        if error is None:
+            return it.send(value)
+        return it.close() if error is CLOSE else it.throw(error)
     finally:
         if stack is not None:
             recorder.set_active_stack(previous)

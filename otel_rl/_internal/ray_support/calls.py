@@ -609,12 +609,7 @@ def _generated(gen: Generator[Any, Any, Any], base: Base) -> Generator[Any, Any,
                 try:
                     value, error = (yield item), None
                 except GeneratorExit:  # closed early: its own clean-up on its own stack
-                    previous = recorder.set_active_stack(stack) if stack is not None else None
-                    try:
-                        gen.close()
-                    finally:
-                        if stack is not None:
-                            recorder.set_active_stack(previous)
+                    stepping.step(gen, stack, None, stepping.CLOSE)
                     raise
                 except BaseException as exc:
                     value, error = None, exc
