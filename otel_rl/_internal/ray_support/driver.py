@@ -272,7 +272,7 @@ class Driver:
             state = self.ledger.workers[key]
             line = (f"Ray worker {key} ({state.role} {self.ledger.index_for(key, state.role)}) "
                     f"ended during a call without delivering its last records "
-                    f"(its current call and at most {interval:g} s before it; {reason})")
+                    f"(its current call and at most {interval:g} s before it; found {reason})")
             self.ledger.lost.append(line)
             self.rt.notes.append(line)
             # The run's ledger: what its last snapshot said it had recorded and never arrived
@@ -282,6 +282,5 @@ class Driver:
             recorded = int((snap or {}).get("recorded") or 0)
             self.rt.stats.add_dropped("killed worker", max(0, recorded - state.records), None,
                                       f"Ray worker {key}")
-            self.rt.stats.ledger.note(line)
-            self.rt.stats.warn_once(f"ray-lost-{key}", line)
+            self.rt.stats.ledger.note(line)  # (said in the exit line, once)
             state.final = True  # counted once

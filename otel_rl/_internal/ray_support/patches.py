@@ -86,7 +86,7 @@ def _join_running() -> None:
     _driver = driver
     calls.joined = True
     rt.feeds.append(driver.feed)
-    rt.finishers.append(lambda deadline: driver.finish(deadline, "the run ended"))
+    rt.finishers.append(lambda deadline: driver.finish(deadline, "at the run's end"))
 
 
 def _init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,7 +133,7 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
                 _driver = driver
                 calls.joined = True
                 rt.feeds.append(driver.feed)
-                rt.finishers.append(lambda deadline: driver.finish(deadline, "the run ended"))
+                rt.finishers.append(lambda deadline: driver.finish(deadline, "at the run's end"))
             except Exception as exc:
                 rt.stats.warn_once("ray-collector", f"cannot start the Ray collector: {exc!r}")
         return result
@@ -171,7 +171,7 @@ def _is_client_address(address: object) -> bool:
 
 def _shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
     def shutdown(*args: Any, **kwargs: Any) -> Any:
-        _finish("ray.shutdown()")
+        _finish("at ray.shutdown()")
         return original(*args, **kwargs)
 
     return shutdown
