@@ -85,6 +85,9 @@ class Ledger:
         #: recorded); so a survivor tells what the process held from what it left out.
         self.left_out = 0
         self.made_up = 0
+        #: Records workers outside the process tree (Ray's) had reported recorded and not yet
+        #: delivered here, as of their latest report; None: the run has no such workers.
+        self.elsewhere: int | None = None
         #: Where every change is copied for a survivor to read (`mainledger.Mirror`), if any.
         self.mirror: Mirror | None = None
 
@@ -163,6 +166,15 @@ class Ledger:
         """The windows' running totals (see `left_out`, `made_up`), for the mirror."""
         with self._lock:
             self.left_out, self.made_up = left_out, made_up
+            if self.mirror is not None:
+                self.mirror.totals(self)
+
+    def held_elsewhere(self, n: int | None) -> None:
+        """Workers outside the process tree (Ray's) hold `n` records they reported and have not
+        delivered yet: lost with this process if it is killed, since they deliver only to it
+        (None: none deliver to it any more)."""
+        with self._lock:
+            self.elsewhere = n
             if self.mirror is not None:
                 self.mirror.totals(self)
 

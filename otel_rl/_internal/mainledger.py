@@ -58,7 +58,8 @@ _MAIN_ENV = "OTEL_RL_ZEROCODE_MAIN"
 
 _MAGIC = 0x6F746C6C65646731  # "otlledg1"
 #: uint64 slots: 0 magic, 1 taken in, 2 outside, 3 header length, 4 left out and 5 made up
-#: by the windows (``spans="auto"``), 6 set when the workers' table below could not grow;
+#: by the windows (``spans="auto"``), 6 set when the workers' table below could not grow,
+#: 7 what Ray workers had reported and not delivered plus one (0: no Ray workers);
 #: 8.. upstream by reason;
 #: from 32, per sink: offered, delivered, sending, lost by reason (9), then a file sink's line
 #: being written: its first and end byte and what was delivered before it (16 slots each).
@@ -67,6 +68,7 @@ _SINKS = 32
 _PER_SINK = 16
 _MAX_SINKS = 14
 _INCOMPLETE = 6
+_ELSEWHERE = 7
 _AT = 3 + len(REASONS)
 _ALL = 2 ** 64 - 1
 _HEADER_AT = 4096  # bytes: the JSON header (sink names and labels, output folder, ...)
@@ -163,6 +165,7 @@ class Mirror:
         slots[2] = ledger.outside
         slots[4] = ledger.left_out
         slots[5] = ledger.made_up
+        slots[_ELSEWHERE] = 0 if ledger.elsewhere is None else ledger.elsewhere + 1
         for i, reason in enumerate(REASONS):
             slots[_UPSTREAM + i] = ledger.upstream.get(reason, 0)
 
@@ -306,6 +309,7 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if made is not None:
         made = max(0, made - int(header.get("made_before") or 0))
     summary = count(slots, header, made)
+    _elsewhere(summary, slots)
     if _with_it(summary, slots, received, run_id, tally):
         # Workers still alive become orphans: each reads what it received from them
         # (`received_from`) and the last to end removes the file (`orphan_ended`). Their
@@ -333,6 +337,9 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
                              if unsure else ""))
     if made is None:
         exactness = "at least (no tally file: its open and unflushed blocks are not counted)"
+    elif slots[_ELSEWHERE]:
+        exactness = ("at least (Ray workers' blocks since their last report to it are not "
+                     "counted)")
     elif header.get("spans") == "off":
         exactness = "at most (spans=off: records it left out count as held)"
     else:
@@ -404,6 +411,20 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
     summary["notes"].append(f"{dead} worker(s) died with it: {lost} of their block(s) had not "
                             "reached it (counted from their tally files)")
     return living
+
+
+def _elsewhere(summary: dict[str, Any], slots: list[int]) -> None:
+    """Ray workers deliver only to the driver, through a collector that ends with it (Ray ends
+    the job's workers too): what they had reported recorded and not delivered is lost
+    ("killed worker"), for every sink."""
+    lost = max(0, slots[_ELSEWHERE] - 1)
+    if not lost:
+        return
+    summary["upstream"]["killed worker"] = summary["upstream"].get("killed worker", 0) + lost
+    for sink in summary["sinks"].values():
+        sink["lost"]["killed worker"] = sink["lost"].get("killed worker", 0) + lost
+        sink["recorded"] += lost
+    summary["notes"].append(f"Ray workers had reported {lost} block(s) it had not received")
 
 
 def _settle(workers: list[tuple[int, str]], limit_s: float = 5.0) -> None:

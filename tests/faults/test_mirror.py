@@ -38,6 +38,36 @@ def test_the_mirror_keeps_every_workers_received_count_past_its_first_table() ->
 
 
 
+def test_what_ray_workers_reported_and_a_killed_driver_never_received_is_counted_lost() -> None:
+    """A Ray driver's mirror: the workers' batches it took in count as held (as a relaying
+    worker's), and what their latest reports said they recorded beyond that is lost with it,
+    "killed worker", for every sink; once Ray is shut down nothing more is."""
+    run_id = f"mirror-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    ledger.add_sink("file", "spans.otlp.jsonl")
+    mainledger.share(ledger, run_id, None, "all", None, 0)
+    try:
+        ledger.taken(40)  # drained from Ray workers, not flushed yet
+        ledger.held_elsewhere(7)
+        (path,) = tallyfile.run_files(run_id, ".ledger")
+        read = mainledger._read(path)
+        assert read is not None
+        summary = mainledger.count(read[0], read[1], 5)  # 5 of its own
+        mainledger._elsewhere(summary, read[0])
+        file = summary["sinks"]["file"]
+        assert file["recorded"] == 52 and file["delivered"] == 0
+        assert file["lost"] == {mainledger.KILLED_MAIN: 45, "killed worker": 7}
+        assert summary["notes"] == ["Ray workers had reported 7 block(s) it had not received"]
+        ledger.held_elsewhere(None)  # ray.shutdown() settled them
+        read = mainledger._read(path)
+        assert read is not None
+        summary = mainledger.count(read[0], read[1], 5)
+        mainledger._elsewhere(summary, read[0])
+        assert summary["sinks"]["file"]["lost"] == {mainledger.KILLED_MAIN: 45}
+    finally:
+        tallyfile.remove_run(run_id)
+
+
 def test_the_launcher_waits_for_workers_dying_with_the_main_and_for_orphans_to_take_over(
         tmp_path: Path) -> None:
     """A process group's SIGKILL reaches its members one by one: a worker not yet gone when

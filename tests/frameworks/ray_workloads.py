@@ -570,8 +570,33 @@ def serve(out: str, address: str | None) -> None:
     result(got=got)
 
 
+def driver_killed(out: str, address: str | None) -> None:
+    """The driver SIGKILLed under ``otel-rl run`` once it has taken its actors' blocks in and
+    timed blocks of its own: the launcher counts what it held, the actors' blocks among them
+    (they deliver only to the driver). Prints its facts before it dies."""
+    from otel_rl._internal import mainledger
+
+    ray.init(num_cpus=2, **RAY_INIT)
+    with timer("doomed_driver"):
+        sims = [Sim.remote() for _ in range(2)]
+        ray.get([sim.step.remote(50) for sim in sims])
+        mirror = mainledger._path(os.environ["OTEL_RL_RUN_ID"], os.getpid())
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the driver's next drains take them in
+            read = mainledger._read(mirror)
+            if read is not None and read[0][1] >= 102:  # (slot 1: records taken in)
+                break
+            time.sleep(0.05)
+        for _ in range(10):
+            with timer("driver_step"):
+                pass
+        result(taken_in=read[0][1] if read is not None else None)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late,
-             "endings": endings, "generators": generators, "serve": serve}
+             "endings": endings, "generators": generators, "serve": serve,
+             "driver_killed": driver_killed}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -456,3 +456,30 @@ def test_ray_worker_killed_when_idle_longer_than_the_window_loses_nothing(
     for name, n in (("killed", 5), ("raising", 6), ("leaving", 6), ("doomed", 5)):
         assert found[("run_actors", f"{name}_step")] == (n, True), name
     assert "without delivering" not in done.stderr
+
+
+def test_ray_driver_killed_its_survivor_counts_the_ray_blocks_it_held(ray_venv: Venv,
+                                                                        tmp_path: Path) -> None:
+    """The driver SIGKILLed under ``otel-rl run`` after taking its actors' 102 blocks in and
+    timing 11 of its own: the launcher's count covers the actors' blocks too (they deliver
+    only to the driver). What the spans file holds plus what the line says was lost is every
+    block recorded, and the line calls itself a lower bound (Ray workers' blocks since their
+    last report cannot be counted). Before, the actors' blocks were left out of the count:
+    held the driver's 11 were called lost, taken out of the file the driver's own loss read 0."""
+    import re
+
+    done, out = _run(ray_venv, tmp_path, "driver_killed")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 128 + signal.SIGKILL and lines, (done.returncode, done.stderr[-3000:])
+    assert json.loads(lines[-1][len("RESULT "):])["taken_in"] >= 102
+    said = re.search(r"was killed by SIGKILL \(signal 9\): (\d+) span\(s\) were not exported "
+                     r"\[at least \(Ray workers' blocks since their last report to it are not "
+                     r"counted\)\]: file \S+: (\d+) of (\d+) lost", done.stderr)
+    assert said, done.stderr[-3000:]
+    worst, lost, recorded = (int(n) for n in said.groups())
+    spans = list(span_lines(out / "spans.otlp.jsonl")) if (out / "spans.otlp.jsonl").exists() \
+        else []
+    assert worst == lost and recorded == 113, said.group(0)
+    assert len(spans) + lost == 113, (len(spans), said.group(0))
+    assert lost >= 11  # (the driver's own blocks since its last flush, its open block)
+    assert load(out / "timers.json").get("complete") is False

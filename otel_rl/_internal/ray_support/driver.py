@@ -78,6 +78,12 @@ class Ledger:
             index = self.indices[slot] = sum(1 for s in self.indices if s.startswith(f"{role}\0"))
         return index
 
+    def held(self) -> int:
+        """Records workers still running reported recorded (their latest snapshots) and have
+        not delivered."""
+        return sum(max(0, s.recorded - s.records - s.refused)
+                   for s in self.workers.values() if not s.final)
+
     def waiting(self) -> list[str]:
         """Workers a last delivery is still awaited from: busy at their last push, or holding
         records their latest snapshot counts and no push has carried yet (a call that ended
@@ -159,6 +165,7 @@ class Driver:
         collector = ray.remote(num_cpus=0, max_restarts=0)(_shim.Collector)
         with calls.internal():
             self.handle = self._create(collector, context)
+        self.rt.stats.ledger.held_elsewhere(0)  # (a killed driver's count is a lower bound now)
 
     def _create(self, collector: Any, context: Any) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -192,6 +199,7 @@ class Driver:
                 return
             for key, meta, frames in items:
                 self._ingest(key, meta, frames)
+            self.rt.stats.ledger.held_elsewhere(self.ledger.held())
 
     def _ingest(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> None:
         ledger, rt = self.ledger, self.rt
@@ -210,6 +218,7 @@ class Driver:
             state.refused += records
             ledger.refused += records
             rt.stats.add_dropped("buffer full", records, None, "the Ray collector was full")
+            rt.stats.ledger.taken(0, outside=records)  # (never records of this process)
             return
         for frame in frames:
             length, kind = relay.FRAME_HEADER.unpack_from(frame)
@@ -220,6 +229,8 @@ class Driver:
                     role = str(batch.resource.get(semconv.WORKER_ROLE) or "worker")
                     if not meta.get("index_given") and batch.records:
                         batch.resource[semconv.WORKER_INDEX] = ledger.index_for(key, role)  # type: ignore[index]
+                    # Held here from now on: a killed driver's survivor counts them.
+                    rt.stats.ledger.taken(len(batch.records))
                     rt.pipeline.add_relayed(batch)
                     state.records += len(batch.records)
                     ledger.records += len(batch.records)
@@ -261,6 +272,7 @@ class Driver:
             self.feed(deadline)
         self.finished = True
         self._count_lost(reason)
+        self.rt.stats.ledger.held_elsewhere(None)  # (nothing comes from Ray workers any more)
 
     def forget(self, key: str) -> None:
         """`key`'s worker delivered its last push (before `ray.kill`)."""
@@ -280,7 +292,8 @@ class Driver:
             with self.rt.snapshots_lock:
                 snap = self.rt.snapshots.get(f"ray:{key}")
             recorded = int((snap or {}).get("recorded") or 0)
-            self.rt.stats.add_dropped("killed worker", max(0, recorded - state.records), None,
-                                      f"Ray worker {key}")
+            lost = max(0, recorded - state.records)
+            self.rt.stats.add_dropped("killed worker", lost, None, f"Ray worker {key}")
+            self.rt.stats.ledger.taken(0, outside=lost)  # (never records of this process)
             self.rt.stats.ledger.note(line)  # (said in the exit line, once)
             state.final = True  # counted once
