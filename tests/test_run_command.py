@@ -80,3 +80,22 @@ def test_report_html_is_written_in_the_default_run_folder(program: Path) -> None
     report = folders[0] / "report.html"
     assert "module_block" in report.read_text(encoding="utf-8")
     assert f"wrote {report}" in done.stderr
+
+
+@pytest.mark.parametrize(("run_id", "folder"), [
+    ("../escape", ".._escape"), ("a/b", "a_b"), ("..", "_"), ("nightly-3.1_x", "nightly-3.1_x"),
+])
+def test_a_run_id_names_one_folder_inside_the_runs_folder(program: Path, run_id: str,
+                                                           folder: str) -> None:
+    """A run id is any string (it joins nodes and processes into one run, unchanged): its
+    default folder is one name inside ``otel-rl-runs``, never a path out of it or a nest."""
+    work = program / "work"
+    work.mkdir()
+    (work / "trainmod.py").write_text(MODULE)
+    done = otel_rl_run(["--", "trainmod.py"], cwd=work, OTEL_RL_RUN_ID=run_id)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in (work / "otel-rl-runs").iterdir()] == [folder]
+    assert (work / "otel-rl-runs" / folder / "timers.json").exists()
+    assert sorted(p.name for p in program.iterdir()) == ["trainmod.py", "work"]
+    metadata = json.loads((work / "otel-rl-runs" / folder / "timers.json").read_text())["metadata"]
+    assert metadata["otel_rl_run_id"] == run_id

@@ -496,6 +496,13 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
 
 
+def run_folder(run_id: str) -> str:
+    """The default output folder of run `run_id`: ``otel-rl-runs/<run id>``, the id made a
+    single file name (a run id is any string: ``a/b`` or ``..`` must not leave the folder)."""
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    return os.path.join("otel-rl-runs", "_" if name.strip(".") == "" else name)
+
+
 def resolve(arguments: Mapping[str, object], environ: Mapping[str, str] | None = None) -> Settings:
     """Resolve every setting: argument > OTEL_RL_* > OTEL_* > default."""
     environ = os.environ if environ is None else environ

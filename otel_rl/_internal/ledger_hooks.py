@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from otel_rl._internal import log, mainledger, tallyfile
+from otel_rl._internal.config import run_folder
 from otel_rl._internal.mainledger import DROPPED_KEY, LEDGER_KEY, RUN_MARK
 from otel_rl._internal.record import SPAN_ID, TRACE_ID, OpenSpan
 
@@ -501,7 +502,7 @@ def orphaned(rt: Runtime, batches: Sequence[Batch] = ()) -> None:
             if client is not None:
                 client.on_broken = lambda more: orphaned(rt, more)
             if rt.output_dir is None and not rt.settings.endpoint:
-                rt.output_dir = os.path.join("otel-rl-runs", rt.run_id)
+                rt.output_dir = run_folder(rt.run_id)
             sinks = rt.own_sinks()
             own = [SinkQueue(sink, rt.stats, queue.max_spans, queue.export_timeout)
                    for sink in sinks for queue in rt.pipeline.queues[:1]]

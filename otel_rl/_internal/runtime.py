@@ -43,7 +43,7 @@ from otel_rl._internal import (
     wholerun,
 )
 from otel_rl._internal.carrier import Carrier, Context
-from otel_rl._internal.config import CARRIED, Settings, resolve
+from otel_rl._internal.config import CARRIED, Settings, resolve, run_folder
 from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.pipeline import Pipeline
@@ -242,7 +242,7 @@ class Runtime:
         if s.output_dir:
             return ledger_hooks.output_dir(self, s.output_dir)
         if s.endpoint is None and not s.exporters:
-            return os.path.join("otel-rl-runs", self.run_id)
+            return run_folder(self.run_id)
         return None
 
     def _resource(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from otel_rl._internal import mainledger, torchrun
-from otel_rl._internal.config import SPAN_POLICIES
+from otel_rl._internal.config import SPAN_POLICIES, run_folder
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
 from otel_rl._internal.mainledger import SURVIVOR_ENV
 from otel_rl._internal.zerocode import MAIN_ENV, ZEROCODE_DIR
@@ -136,7 +136,7 @@ def output_dir(env: dict[str, str]) -> str | None:
     if any(env.get(name, "").strip() for name in (
             "OTEL_RL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")):
         return None  # exported to a collector; no files unless an output folder is given
-    return os.path.abspath(os.path.join("otel-rl-runs", env["OTEL_RL_RUN_ID"]))
+    return os.path.abspath(run_folder(env["OTEL_RL_RUN_ID"]))
 
 
 def write_report(folder: str) -> str | None:
