@@ -17,11 +17,12 @@ connector pipelines). Patched here:
   glue is compiled where the hot path is (`_hotpath.install_rllib`, statement for statement
   `_patched_enter` / `_patched_exit` below, which it falls back on), and follows the
   ``accelerator`` setting;
-- an ``EnvRunner`` or ``Learner`` built in a worker process (a Ray actor) names that process's
-  role: ``EnvRunner`` with its ``worker_index``, ``Learner`` with its learner index, for the
-  cross-worker view. The driver's local EnvRunner and Learner leave the run's role alone;
-  a local Learner's (``num_learners=0``, RLlib's default) ``update`` runs in a block named
-  ``Learner``, so the driver's tree keeps learning apart from sampling.
+- a remote ``EnvRunner`` or ``Learner`` (a Ray actor of its own) names that process's role:
+  ``EnvRunner`` with its ``worker_index``, ``Learner`` with its learner index, for the
+  cross-worker view. The local EnvRunner and Learner, built where the Algorithm runs (the
+  driver, or the actor of a Tune trial), leave that process's role alone; a local Learner's
+  (``num_learners=0``, RLlib's default) ``update`` runs in a block named ``Learner``, so the
+  tree keeps learning apart from sampling.
 
 Nothing is imported or patched until RLlib's own modules are: `PATCHES` joins the modules
 `propagation` patches right after they are executed (installed by `otel_rl.configure`, under
@@ -189,11 +190,14 @@ def _name_process(role: str, index: Any) -> None:
 
 def _patched_init(original: Callable[..., Any], role: str,
                   index_of: Callable[[Any], Any]) -> Callable[..., Any]:
+    """`original` names its process `role` with `index_of(self)` (None: it does not)."""
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
-            _name_process(role, index_of(self))
+            index = index_of(self)
+            if index is not None:
+                _name_process(role, index)
         except Exception as exc:
             _fail(f"{role} role", exc)
     return __init__
@@ -277,19 +281,14 @@ def _patch_logger(module: ModuleType) -> None:
 
 def _patch_env_runner(module: ModuleType) -> None:
     cls = module.EnvRunner
-    cls.__init__ = _patched_init(cls.__init__, "EnvRunner", lambda r: r.worker_index)
+    # Only a remote env runner (RLlib numbers them from 1) names its process: index 0 is the
+    # local one, built where the Algorithm runs (the driver, or a Tune trial's actor).
+    cls.__init__ = _patched_init(cls.__init__, "EnvRunner", lambda r: r.worker_index or None)
 
 
 #: The block a Learner's update runs in when the Learner is the driver's own
 #: (``num_learners=0``, RLlib's default): named after the role a Learner actor has.
 LOCAL_LEARNER_BLOCK = "Learner"
-
-
-def _in_ray_worker() -> bool:
-    worker = sys.modules.get("otel_rl._internal.ray_support.worker")
-    rt = sys.modules.get("otel_rl._internal.runtime")
-    active = rt.active() if rt is not None else None  # type: ignore[attr-defined]
-    return bool(worker is not None and active is not None and active.is_worker)
 
 
 def _patched_update(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -318,20 +317,12 @@ def _patched_update(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _patch_learner(module: ModuleType) -> None:
+    # A Learner is local (built where the Algorithm runs: the driver, or a Tune trial's
+    # actor) until its LearnerGroup makes it one of its remote Learners: RLlib then gives it
+    # its index (`_set_learner_index_and_placement_group`, before any update), and only then
+    # is its process a ``Learner``.
     cls = module.Learner
-    cls._otel_rl_local = False
-    init = _patched_init(cls.__init__, "Learner", lambda r: r._learner_index)
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        try:
-            if not _in_ray_worker():
-                self._otel_rl_local = True
-        except Exception as exc:
-            _fail("Learner role", exc)
-
-    cls.__init__ = __init__
+    cls._otel_rl_local = True
     cls.update = _patched_update(cls.update)
     original = cls._set_learner_index_and_placement_group
 
@@ -339,6 +330,7 @@ def _patch_learner(module: ModuleType) -> None:
     def set_index(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         try:
+            self._otel_rl_local = False
             _name_process("Learner", self._learner_index)
         except Exception as exc:
             _fail("Learner role", exc)

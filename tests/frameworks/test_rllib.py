@@ -258,3 +258,30 @@ def test_a_local_learner_num_learners_0_runs_in_a_learner_block(venvs: Any,
         ("training_iteration", "training_step", "learner_update_timer", "Learner")]
     assert node_at(tree, *SAMPLING, "sample")["is_parallel"]
     assert "Learner" not in {w["role"] for w in tree.get("workers", [])}
+
+
+def test_rllib_run_by_ray_tune_keeps_its_tree_and_names_no_learner_worker(
+        venvs: Any, tmp_path: Path) -> None:
+    """Tune runs PPO (``tune.Tuner(PPO, ...)``): the Algorithm, its local Learner and its local
+    env runner live in the trial's actor. The whole RLlib tree sits under the driver's
+    ``tuning`` block; the trial's process keeps its actor's role (``PPO``), not ``Learner``,
+    and its learning is a ``Learner`` block, as in the driver with ``num_learners=0``; the
+    remote env runner is ``EnvRunner 1``, its blocks under the block that asked for samples."""
+    venv = venvs("ray")
+    shutil.copy(HERE / "rllib_tune.py", tmp_path / "rllib_tune.py")
+    out = tmp_path / "out"
+    done = venv.run(venv.bin / "otel-rl", "run", "--spans", "all", "--output", out, "--",
+                    "python", "rllib_tune.py", str(ITERATIONS), cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f'RESULT {{"iterations": {ITERATIONS}}}' in done.stdout
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    iteration = node_at(tree, "tuning", "training_iteration")
+    assert iteration["count"] == ITERATIONS and iteration["is_parallel"]
+    update = node_at(tree, "tuning", *DRIVER_TIMERS[:2], "learner_update_timer")
+    assert node_at(update, "Learner")["count"] == ITERATIONS
+    sample = node_at(tree, "tuning", *SAMPLING, "sample")
+    assert sample["count"] == ITERATIONS and sample["is_parallel"]
+    roles = sorted((w["role"], w["index"], tuple(w["path"])) for w in tree["workers"])
+    assert roles == [("EnvRunner", 1, ("tuning", *SAMPLING)), ("PPO", 0, ("tuning",))]
+    assert_tree_from_spans_equals_timers_json(venv, out, tmp_path)
