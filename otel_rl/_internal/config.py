@@ -496,10 +496,16 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
 
 
+def run_file_name(run_id: str) -> str:
+    """`run_id` (any string) as part of a file name: characters other than letters, digits
+    and ``-_.`` become ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+
+
 def run_folder(run_id: str) -> str:
-    """The default output folder of run `run_id`: ``otel-rl-runs/<run id>``, the id made a
-    single file name (a run id is any string: ``a/b`` or ``..`` must not leave the folder)."""
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    """The default output folder of run `run_id`: ``otel-rl-runs/<run id>``, one name inside
+    it (``a/b`` or ``..`` must not leave the folder or nest in it)."""
+    name = run_file_name(run_id)
     return os.path.join("otel-rl-runs", "_" if name.strip(".") == "" else name)
 
 

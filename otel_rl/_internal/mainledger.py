@@ -223,7 +223,8 @@ def _read(path: str) -> tuple[list[int], dict[str, Any], dict[int, int]] | None:
 
 def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[str, Any]:
     """The killed main process's ledger (as `Ledger.summary`), from its mirror and its tally
-    count (`made`; None: unknown, the result is then a lower bound)."""
+    count (`made`; None: unknown, the result is then a lower bound), with what its Ray
+    workers had reported and it never received (`_elsewhere`)."""
     upstream = {r: slots[_UPSTREAM + i] for i, r in enumerate(REASONS) if slots[_UPSTREAM + i]}
     taken, outside = slots[1], slots[2]
     inside = sum(upstream.values()) - outside  # upstream losses of records it had held
@@ -257,6 +258,7 @@ def count(slots: list[int], header: dict[str, Any], made: int | None) -> dict[st
         if unconfirmed + flying:
             sinks[name]["unconfirmed"] = unconfirmed + flying
     summary: dict[str, Any] = {"sinks": sinks, "upstream": upstream, "notes": []}
+    _elsewhere(summary, slots)
     if left_out:  # (not lost: the spans policy's)
         summary["left_out"] = left_out
     if made_up:  # (records, not blocks: what was lost or unconfirmed holds some of them)
@@ -309,7 +311,6 @@ def after_main(pid: int, run_id: str, returncode: int, folder: str | None = None
     if made is not None:
         made = max(0, made - int(header.get("made_before") or 0))
     summary = count(slots, header, made)
-    _elsewhere(summary, slots)
     if _with_it(summary, slots, received, run_id, tally):
         # Workers still alive become orphans: each reads what it received from them
         # (`received_from`) and the last to end removes the file (`orphan_ended`). Their

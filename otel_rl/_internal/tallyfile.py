@@ -18,6 +18,7 @@ from collections.abc import MutableSequence
 from typing import cast
 
 from otel_rl._internal import recorder
+from otel_rl._internal.config import run_file_name
 
 __all__ = ["count", "folder", "prefix", "remove", "remove_run", "share", "sharing"]
 
@@ -52,7 +53,7 @@ def folder() -> str:
 
 def prefix(run_id: str) -> str:
     """The start of every shared-file name of run `run_id`."""
-    return "otel-rl-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) + "-"
+    return f"otel-rl-{run_file_name(run_id)}-"
 
 
 def _map(path: str, size: int, create: bool) -> MutableSequence[int]:

@@ -278,7 +278,8 @@ def test_rllib_run_by_ray_tune_keeps_its_tree_and_names_no_learner_worker(
     assert "complete" not in tree, tree.get("notes")
     iteration = node_at(tree, "tuning", "training_iteration")
     assert iteration["count"] == ITERATIONS and iteration["is_parallel"]
-    update = node_at(tree, "tuning", *DRIVER_TIMERS[:2], "learner_update_timer")
+    update = node_at(tree, "tuning", "training_iteration", "training_step",
+                     "learner_update_timer")
     assert node_at(update, "Learner")["count"] == ITERATIONS
     sample = node_at(tree, "tuning", *SAMPLING, "sample")
     assert sample["count"] == ITERATIONS and sample["is_parallel"]
