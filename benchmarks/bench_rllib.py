@@ -1,7 +1,7 @@
 """The real RLlib PPO run with and without otel_rl: training iterations per second.
 
     python benchmarks/bench_rllib.py [--rounds N] [--iterations N] [--quick] [--json FILE]
-                                     [--also spans_off,disabled]
+                                     [--also spans_off,disabled] [--no-collect]
 
 RLlib 2.60 PPO on CartPole (new API stack, 2 env runners, a Learner actor, 400 env steps per
 iteration; ``tests/frameworks/rllib_train.py``), in the venv ``scripts/setup-frameworks.sh
@@ -13,7 +13,11 @@ iteration left out (warm-up); and the CPU seconds (every thread) of the driver, 
 and the Learner at the end of training, and per iteration of training alone (at the end minus
 once the algorithm is built), the steadier figures on a shared machine (Ray's own
 daemons and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's build are not counted (they are
-the same code either way, and their time is noise here). Reported: medians (min-max) and the
+the same code either way, and their time is noise here). Once the algorithm is built, every
+RLlib process runs a full garbage collection, in both variants (``--no-collect``: not):
+otherwise the full collection that otel_rl's start-up objects bring forward (~190 ms in the
+driver, at iteration 2-3 under ``otel-rl run``; at ~45 plain) lands in one variant's
+measured iterations only, ~7 % of 16 iterations (benchmarks/README.md). Reported: medians (min-max) and the
 ratio of medians otel_rl / plain, plus the spread of the per-round ratios and their median
 with a 95 % bootstrap interval (`_stats`). Checks: every run
 exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
@@ -55,9 +59,13 @@ def _sampling_under_the_driver(timers_json: str) -> bool:
     return bool(node.get("is_parallel"))
 
 
-def one_run(python: str, variant: str, iterations: int, workdir: str) -> dict[str, Any]:
+def one_run(python: str, variant: str, iterations: int, workdir: str,
+            collect: bool = True) -> dict[str, Any]:
     bindir = os.path.dirname(python)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "OTEL_", "RLLIB_TRAIN_"))}
+    if collect:
+        env["RLLIB_TRAIN_COLLECT"] = "1"
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
     env.update(VARIANTS.get(variant, {}))
@@ -140,7 +148,8 @@ def render(results: dict[str, Any]) -> str:
              "disabled": "under `otel-rl run`, `disabled`"}
     lines = [f"RLlib 2.60 PPO CartPole, 2 env runners + a Learner actor, {results['iterations']} "
              f"iterations (first left out), {results['rounds']} interleaved rounds "
-             "(median, min–max)", "",
+             f"(median, min–max){'' if results.get('collect', False) else ', no collection'}",
+             "",
              "| | iterations/s (algo.train()) | CPU s per iteration, training alone | "
              "CPU s: driver + env runners + learner | wall s, whole run |",
              "|---|---|---|---|---|"]
@@ -168,15 +177,19 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="3 rounds of 5 iterations")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--seed", type=int, default=0, help="of the variant order per round")
+    parser.add_argument("--no-collect", dest="collect", action="store_false",
+                        help="no full garbage collection once the algorithm is built")
     variants_argument(parser)
     args = parser.parse_args()
     rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
     python = venv_python("ray")
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:
         runs = interleaved(rounds, args.seed,
-                           lambda variant: one_run(python, variant, iterations, workdir),
+                           lambda variant: one_run(python, variant, iterations, workdir,
+                                                   args.collect),
                            rate="it/s", others=also(args.also), key="it_per_s")
-    results = {"rounds": rounds, "iterations": iterations, "runs": runs, **summarize(runs)}
+    results = {"rounds": rounds, "iterations": iterations, "collect": args.collect, "runs": runs,
+               **summarize(runs)}
     return finish(results, args.json, render)
 
 
