@@ -11,16 +11,14 @@ settings: the ``auto`` span policy, files in a temporary folder). Measured per r
 time of each ``algo.train()`` call; iterations/s = iterations / their summed time, the first
 iteration left out (warm-up); and the CPU seconds (every thread) of the driver, the env runners
 and the Learner at the end of training, and per iteration of training alone (at the end minus
-once the algorithm is built), the steadier figures on a shared machine (Ray's own
-daemons and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's build are not counted (they are
-the same code either way, and their time is noise here). Once the algorithm is built, every
-RLlib process runs a full garbage collection, in both variants (``--no-collect``: not):
-otherwise the full collection that otel_rl's start-up objects bring forward (~190 ms in the
-driver, at iteration 2-3 under ``otel-rl run``; at ~45 plain) lands in one variant's
-measured iterations only, ~7 % of 16 iterations (benchmarks/README.md). Reported: medians (min-max) and the
-ratio of medians otel_rl / plain, plus the spread of the per-round ratios and their median
-with a 95 % bootstrap interval (`_stats`). Checks: every run
-exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
+once the algorithm is built), the steadier figures on a shared machine (Ray's own daemons
+and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's
+build are not counted (they are the same code either way, and their time is noise here).
+Once the algorithm is built, every RLlib process runs a full garbage collection, in both
+variants (``rllib_train.collect_everywhere``, which says why; ``--no-collect``: not).
+Reported: medians (min-max) and the ratio of medians otel_rl / plain, plus the spread of the
+per-round ratios and their median with a 95 % bootstrap interval (`_stats`). Checks: every
+run exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
 ``sample`` blocks under ``env_runner_sampling_timer``.
 """
 
@@ -60,7 +58,7 @@ def _sampling_under_the_driver(timers_json: str) -> bool:
 
 
 def one_run(python: str, variant: str, iterations: int, workdir: str,
-            collect: bool = True) -> dict[str, Any]:
+            collect: bool) -> dict[str, Any]:
     bindir = os.path.dirname(python)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTHON", "OTEL_", "RLLIB_TRAIN_"))}
