@@ -291,3 +291,32 @@ def test_the_accelerator_setting_switches_the_glue(patched: type) -> None:
         assert rllib.accelerated() is (accel.compiled() is not None)
     finally:
         recorder.use_accelerator(accel.wanted())
+
+
+def test_rllibs_own_methods_stay_its_own_where_their_source_is_not_the_one_copied(
+        patched: type) -> None:
+    """The compiled copy of RLlib's own ``__enter__``/``__exit__`` (`_hotpath.rllib_stats`)
+    replaces RLlib's Python ones only for the sources it was written after (RLlib 2.60: the
+    Ray venv's test runs it against them). The stand-in's methods read otherwise, so the glue
+    keeps calling them; a TensorFlow module in the stats module does the same."""
+    ema = types.ModuleType("ray.rllib.utils.metrics.stats.ema")
+
+    class EmaStats(patched):  # type: ignore[valid-type, misc]
+        def push(self, value: float) -> None:
+            super().push(value)
+
+    ema.StatsBase, ema.EmaStats, ema.tf = patched, EmaStats, None  # type: ignore[attr-defined]
+    ema.safe_isnan = lambda value: value != value  # type: ignore[attr-defined]
+    assert rllib.compiled_own(ema) is None
+    rllib.PATCHES["ray.rllib.utils.metrics.stats.ema"](ema)
+    assert patched not in rllib._compiled_own
+    # With the sources of the copy, but TensorFlow loaded: RLlib's own too.
+    digests = {name: rllib.OWN_SOURCES[name] for name in rllib.OWN_SOURCES}
+    original = rllib._source_digest
+    order = iter(("StatsBase.__enter__", "StatsBase.__exit__", "EmaStats.push", "safe_isnan"))
+    try:
+        rllib._source_digest = lambda function: digests[next(order)]  # type: ignore[assignment]
+        ema.tf = types.ModuleType("tensorflow")  # type: ignore[attr-defined]
+        assert rllib.compiled_own(ema) is None
+    finally:
+        rllib._source_digest = original  # type: ignore[assignment]

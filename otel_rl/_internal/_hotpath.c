@@ -911,6 +911,211 @@ install_rllib(PyObject *Py_UNUSED(module), PyObject *args)
     return result;
 }
 
+/* --- RLlib's own timer methods, compiled (`rllib.py`, `_patch_ema`) ------------------------
+ * RLlib 2.60's `StatsBase.__enter__` / `__exit__` and, for a float pushed into an `EmaStats`
+ * (every `log_time` timer: its default reduce is "ema"), `EmaStats.push` with its two
+ * `safe_isnan`s, statement for statement. RLlib's Python block costs ~1.9 us, 1.5 us of it the
+ * push (two numpy `isnan`s on a Python float, `torch.is_tensor`, three frames); this is what
+ * the glue above calls as "RLlib's own" where `rllib.py` found those four functions' sources to
+ * be the ones written here. Whatever it does not cover is handed, before anything changes, to
+ * RLlib's own function: keyword arguments, a start that is None (the `assert`, whatever `-O`
+ * makes of it), a `push` that is not `EmaStats.push`, a value or `_value` or `_ema_coeff` that
+ * is not exactly a float, an ema.py `tf` other than the false one seen at install. `threading.get_ident` and
+ * `time.perf_counter` are looked up in base.py's namespace at every call, as RLlib's code does.
+ */
+enum {
+    F_GLOBALS,      /* base.py's module dict */
+    F_EMA_GLOBALS,  /* ema.py's module dict */
+    F_EMA_PUSH,     /* EmaStats.push */
+    F_ENTER, F_EXIT,  /* StatsBase.__enter__, __exit__ (Python) */
+    F_TF,           /* ema.py's `tf` when it was false (RLlib's stub where TF is absent) */
+    N_FUSED
+};
+static PyObject *s_threading, *s_get_ident, *s_time, *s_perf_counter, *s_start_times, *s_push,
+    *s_value, *s_ema_coeff, *s_tf;
+
+/* `module.attr()` for the global `module` of `globals`; NULL with an exception, or with none
+ * where `module` is not a global there (the caller hands the call to RLlib's function). */
+static PyObject *
+call_global(PyObject *globals, PyObject *module, PyObject *attr)
+{
+    PyObject *m = PyDict_GetItemWithError(globals, module);  /* borrowed */
+    if (m == NULL)
+        return NULL;
+    PyObject *f = PyObject_GetAttr(m, attr);
+    if (f == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallNoArgs(f);
+    Py_DECREF(f);
+    return r;
+}
+
+/* `what(*args)`: RLlib's own function, for a call this file does not cover. */
+static PyObject *
+stats_own(PyObject *what, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(what, args, nargs, kwnames);
+}
+
+static PyObject *
+stats_enter(PyObject *fused, PyObject *self)
+{
+    PyObject *globals = PyTuple_GET_ITEM(fused, F_GLOBALS);
+    PyObject *tid = call_global(globals, s_threading, s_get_ident);
+    if (tid == NULL)
+        return PyErr_Occurred() ? NULL
+            : stats_own(PyTuple_GET_ITEM(fused, F_ENTER), &self, 1, NULL);
+    /* self._start_times[thread_id] = time.perf_counter()  (the value first, as Python) */
+    PyObject *now = call_global(globals, s_time, s_perf_counter);
+    if (now == NULL) {
+        Py_DECREF(tid);
+        return PyErr_Occurred() ? NULL
+            : stats_own(PyTuple_GET_ITEM(fused, F_ENTER), &self, 1, NULL);
+    }
+    PyObject *starts = PyObject_GetAttr(self, s_start_times);
+    int failed = starts == NULL || PyObject_SetItem(starts, tid, now) < 0;
+    Py_XDECREF(starts);
+    Py_DECREF(now);
+    Py_DECREF(tid);
+    return failed ? NULL : Py_NewRef(self);
+}
+
+/* `EmaStats.push(self, value)` for `value` a float; 1 done, 0 not covered (nothing changed),
+ * -1 with an exception. */
+static int
+ema_push(PyObject *fused, PyObject *self, PyObject *value)
+{
+    /* if tf and tf.is_tensor(value): ...  (false while `tf` is the object found false at
+     * install; anything else there stays RLlib's to judge) */
+    PyObject *tf = PyDict_GetItemWithError(PyTuple_GET_ITEM(fused, F_EMA_GLOBALS), s_tf);
+    if (tf == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (tf != PyTuple_GET_ITEM(fused, F_TF))
+        return 0;
+    /* if safe_isnan(value): return  (torch.is_tensor(float) is False; numpy's isnan) */
+    double v = PyFloat_AS_DOUBLE(value);
+    if (isnan(v))
+        return 1;
+    /* torch and isinstance(value, torch.Tensor): never for a float */
+    PyObject *old = PyObject_GetAttr(self, s_value);
+    if (old == NULL)
+        return -1;
+    if (!PyFloat_CheckExact(old)) {
+        Py_DECREF(old);
+        return 0;
+    }
+    double x = PyFloat_AS_DOUBLE(old);
+    Py_DECREF(old);
+    if (isnan(x))  /* self._value = value */
+        return PyObject_SetAttr(self, s_value, value) < 0 ? -1 : 1;
+    /* self._value = self._ema_coeff * value + (1.0 - self._ema_coeff) * self._value, each
+     * operation rounded as Python rounds it (volatile: no fused multiply-add) */
+    PyObject *coeff = PyObject_GetAttr(self, s_ema_coeff);
+    if (coeff == NULL)
+        return -1;
+    if (!PyFloat_CheckExact(coeff)) {
+        Py_DECREF(coeff);
+        return 0;
+    }
+    double c = PyFloat_AS_DOUBLE(coeff);
+    Py_DECREF(coeff);
+    volatile double a = c * v;
+    volatile double b = 1.0 - c;
+    volatile double d = b * x;
+    PyObject *ema = PyFloat_FromDouble(a + d);
+    if (ema == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(self, s_value, ema) < 0;
+    Py_DECREF(ema);
+    return failed ? -1 : 1;
+}
+
+static PyObject *
+stats_exit(PyObject *fused, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *own = PyTuple_GET_ITEM(fused, F_EXIT);
+    if (kwnames != NULL || nargs != 4)
+        return stats_own(own, args, nargs, kwnames);
+    PyObject *self = args[0], *globals = PyTuple_GET_ITEM(fused, F_GLOBALS);
+    PyObject *result = NULL, *starts = NULL, *start = NULL, *now = NULL, *delta = NULL,
+        *push = NULL;
+    PyObject *tid = call_global(globals, s_threading, s_get_ident);
+    if (tid == NULL)
+        return PyErr_Occurred() ? NULL : stats_own(own, args, nargs, NULL);
+    /* assert self._start_times[thread_id] is not None */
+    if ((starts = PyObject_GetAttr(self, s_start_times)) == NULL ||
+        (start = PyObject_GetItem(starts, tid)) == NULL)
+        goto done;
+    if (start == Py_None) {
+        result = stats_own(own, args, nargs, NULL);
+        goto done;
+    }
+    /* time_delta_s = time.perf_counter() - self._start_times[thread_id] */
+    if ((now = call_global(globals, s_time, s_perf_counter)) == NULL) {
+        if (!PyErr_Occurred())
+            result = stats_own(own, args, nargs, NULL);
+        goto done;
+    }
+    if ((delta = PyNumber_Subtract(now, start)) == NULL)
+        goto done;
+    /* self.push(time_delta_s) */
+    if ((push = PyObject_GetAttr(self, s_push)) == NULL)
+        goto done;
+    int done = 0;
+    if (PyFloat_CheckExact(delta) && PyMethod_Check(push) &&
+        PyMethod_GET_FUNCTION(push) == PyTuple_GET_ITEM(fused, F_EMA_PUSH) &&
+        PyMethod_GET_SELF(push) == self)
+        done = ema_push(fused, self, delta);
+    if (done == 0) {
+        PyObject *r = PyObject_CallOneArg(push, delta);
+        done = r == NULL ? -1 : 1;
+        Py_XDECREF(r);
+    }
+    if (done < 0)
+        goto done;
+    /* del self._start_times[thread_id] */
+    Py_SETREF(starts, PyObject_GetAttr(self, s_start_times));
+    if (starts != NULL && PyObject_DelItem(starts, tid) == 0)
+        result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(push);
+    Py_XDECREF(delta);
+    Py_XDECREF(now);
+    Py_XDECREF(start);
+    Py_XDECREF(starts);
+    Py_DECREF(tid);
+    return result;
+}
+
+static PyMethodDef stats_enter_def = {
+    "__enter__", (PyCFunction)stats_enter, METH_O,
+    "__enter__($self, /)\n--\n\nRLlib 2.60's `StatsBase.__enter__` (compiled)."};
+static PyMethodDef stats_exit_def = {
+    "__exit__", (PyCFunction)(void (*)(void))stats_exit, METH_FASTCALL | METH_KEYWORDS,
+    "__exit__($self, exc_type, exc_value, tb)\n--\n\n"
+    "RLlib 2.60's `StatsBase.__exit__`, an `EmaStats`' push included (compiled)."};
+
+static PyObject *
+rllib_stats(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *globals, *ema_globals, *push, *enter, *exit_fn, *tf;
+    if (!PyArg_ParseTuple(args, "O!O!OOOO:rllib_stats", &PyDict_Type, &globals, &PyDict_Type,
+                          &ema_globals, &push, &enter, &exit_fn, &tf))
+        return NULL;
+    PyObject *fused = PyTuple_Pack(N_FUSED, globals, ema_globals, push, enter, exit_fn, tf);
+    if (fused == NULL)
+        return NULL;
+    PyObject *c_enter = PyCFunction_New(&stats_enter_def, fused);
+    PyObject *c_exit = PyCFunction_New(&stats_exit_def, fused);
+    Py_DECREF(fused);
+    PyObject *result = NULL;
+    if (c_enter && c_exit)
+        result = PyTuple_Pack(2, c_enter, c_exit);
+    Py_XDECREF(c_enter);
+    Py_XDECREF(c_exit);
+    return result;
+}
+
 /* --- install ------------------------------------------------------------------------------ */
 
 static PyMethodDef init_def = {
@@ -1066,6 +1271,10 @@ static PyMethodDef module_methods[] = {
      "install_rllib(stats, enter, exit, pure_exit, timer, local, ended, end, fail, /)\n--\n\n"
      "The compiled `__enter__` and `__exit__` of RLlib's stats class `stats` (rllib.py's glue\n"
      "around RLlib's own `enter` and `exit`), as a pair of its method descriptors."},
+    {"rllib_stats", rllib_stats, METH_VARARGS,
+     "rllib_stats(base_globals, ema_globals, ema_push, enter, exit, tf, /)\n--\n\n"
+     "RLlib 2.60's own `StatsBase.__enter__` and `__exit__` (`EmaStats.push` inlined), compiled,\n"
+     "as a pair of functions of the stats object; what they do not cover goes to `enter`/`exit`."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
@@ -1100,6 +1309,15 @@ PyInit__hotpath(void)
     INTERN(s_otel_rl_glue, "_otel_rl_glue");
     INTERN(s___dict__, "__dict__");
     INTERN(s___init__, "__init__");
+    INTERN(s_threading, "threading");
+    INTERN(s_get_ident, "get_ident");
+    INTERN(s_time, "time");
+    INTERN(s_perf_counter, "perf_counter");
+    INTERN(s_start_times, "_start_times");
+    INTERN(s_push, "push");
+    INTERN(s_value, "_value");
+    INTERN(s_ema_coeff, "_ema_coeff");
+    INTERN(s_tf, "tf");
     if ((one = PyLong_FromLong(1)) == NULL || (nano = PyFloat_FromDouble(1e-9)) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");

@@ -286,3 +286,23 @@ def test_rllib_run_by_ray_tune_keeps_its_tree_and_names_no_learner_worker(
     roles = sorted((w["role"], w["index"], tuple(w["path"])) for w in tree["workers"])
     assert roles == [("EnvRunner", 1, ("tuning", *SAMPLING)), ("PPO", 0, ("tuning",))]
     assert_tree_from_spans_equals_timers_json(venv, out, tmp_path)
+
+
+def test_rllibs_own_timer_methods_compiled_give_rllibs_numbers(venvs: Any,
+                                                                tmp_path: Path) -> None:
+    """The compiled copy of RLlib's ``StatsBase.__enter__`` / ``__exit__`` (an ``EmaStats``'
+    push inlined) that the glue calls: random programs on real stats objects give what RLlib's
+    own methods give, call for call and bit for bit (rllib_stats_diff.py), and a float pushed
+    into a plain ``EmaStats`` no longer runs RLlib's Python ``push``."""
+    venv = venvs("ray")
+    for seed in (1, 2, 3):
+        done = venv.run(venv.python, HERE / "rllib_stats_diff.py", tmp_path / f"out{seed}",
+                        str(seed), "3000", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        facts = json.loads(done.stdout.splitlines()[-1])
+        assert facts["calls"] == 3000
+        assert facts["same"], facts["first_difference"]
+        pushes = facts["python_pushes"]
+        # RLlib's push runs for the objects the copy hands back (another class's push, an
+        # int coefficient, a numpy value, a replaced push), not for the plain EMAs.
+        assert 0 < pushes["compiled"] < pushes["rllib"] / 1.5
