@@ -11,7 +11,11 @@ interval of the per-round difference (`_stats`):
 
 - ``plain``: RLlib's own ``log_time``, ``_set_key``, ``StatsBase.__enter__``/``__exit__``;
 - ``otel_rl pure glue``: as this checkout instruments RLlib on the pure-Python path;
-- ``otel_rl``: as this checkout instruments RLlib (the compiled glue, where it is built).
+- ``otel_rl``: as this checkout instruments RLlib (the compiled glue, where it is built; it
+  calls the compiled copy of RLlib's own ``__enter__``/``__exit__`` where RLlib's sources are
+  the ones copied, `rllib.compiled_own`);
+- ``otel_rl, RLlib's own in Python``: the compiled glue calling RLlib's Python methods (what
+  ``otel_rl`` was before that copy: otel_rl's own cost per block, apart from the copy's saving).
 
 Each variant has its own logger, made while its methods are installed (how a stats object
 was named can change what RLlib's own code costs on it: on Python 3.11+ reading an object's
@@ -51,14 +55,34 @@ def main() -> int:
     def plain(method: Any) -> Any:
         return getattr(method, "__wrapped__", method)
 
-    variants = {"plain": (enter, exit_, plain(log_time), plain(set_key)),
-                "otel_rl pure glue": (pure_enter, pure_exit, log_time, set_key)}
+    variants: dict[str, tuple[Any, ...]] = {
+        "plain": (enter, exit_, plain(log_time), plain(set_key)),
+        "otel_rl pure glue": (pure_enter, pure_exit, log_time, set_key)}
+    copied = rllib._compiled_own.get(StatsBase)
+
+    def compiled(own: Any) -> tuple[Any, ...]:
+        """The compiled glue calling `own` (the compiled copy of RLlib's methods, or None:
+        RLlib's Python ones). The glue finds what it calls through the class, so it is
+        installed again at each switch."""
+        if own is None:
+            rllib._compiled_own.pop(StatsBase, None)
+        else:
+            rllib._compiled_own[StatsBase] = own
+        glue = rllib.compiled_glue(StatsBase, hierarchical_timer)
+        assert glue is not None
+        return (*glue, log_time, set_key)
+
     if rllib.accelerated():
-        variants["otel_rl"] = (StatsBase.__enter__, StatsBase.__exit__, log_time, set_key)
+        variants["otel_rl"] = (copied,)
+        if copied is not None:
+            variants["otel_rl, RLlib's own in Python"] = (None,)
 
     def install(name: str) -> None:
+        methods = variants[name]
+        if len(methods) == 1:
+            methods = compiled(methods[0])
         (StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time,
-         MetricsLogger._set_key) = variants[name]
+         MetricsLogger._set_key) = methods
 
     pipeline = ("env_to_module_connector", "timers", "connector_pipeline_timer")
     keys = [("env_to_module_connector", "timers", "connectors", f"c{i}") for i in range(4)]
