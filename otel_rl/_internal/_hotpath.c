@@ -920,7 +920,7 @@ install_rllib(PyObject *Py_UNUSED(module), PyObject *args)
  * be the ones written here. Whatever it does not cover is handed, before anything changes, to
  * RLlib's own function: keyword arguments, a start that is None (the `assert`, whatever `-O`
  * makes of it), a `push` that is not `EmaStats.push`, a value or `_value` or `_ema_coeff` that
- * is not exactly a float, an ema.py `tf` other than the false one seen at install. `threading.get_ident` and
+ * is not exactly a float, an ema.py `tf` or `safe_isnan` other than the ones seen at install. `threading.get_ident` and
  * `time.perf_counter` are looked up in base.py's namespace at every call, as RLlib's code does.
  */
 enum {
@@ -929,20 +929,23 @@ enum {
     F_EMA_PUSH,     /* EmaStats.push */
     F_ENTER, F_EXIT,  /* StatsBase.__enter__, __exit__ (Python) */
     F_TF,           /* ema.py's `tf` when it was false (RLlib's stub where TF is absent) */
+    F_SAFE_ISNAN,   /* ema.py's `safe_isnan` at install */
     N_FUSED
 };
 static PyObject *s_threading, *s_get_ident, *s_time, *s_perf_counter, *s_start_times, *s_push,
-    *s_value, *s_ema_coeff, *s_tf;
+    *s_value, *s_ema_coeff, *s_tf, *s_safe_isnan;
 
 /* `module.attr()` for the global `module` of `globals`; NULL with an exception, or with none
  * where `module` is not a global there (the caller hands the call to RLlib's function). */
 static PyObject *
 call_global(PyObject *globals, PyObject *module, PyObject *attr)
 {
-    PyObject *m = PyDict_GetItemWithError(globals, module);  /* borrowed */
+    PyObject *m = PyDict_GetItemWithError(globals, module);
     if (m == NULL)
         return NULL;
+    Py_INCREF(m);
     PyObject *f = PyObject_GetAttr(m, attr);
+    Py_DECREF(m);
     if (f == NULL)
         return NULL;
     PyObject *r = PyObject_CallNoArgs(f);
@@ -986,11 +989,17 @@ static int
 ema_push(PyObject *fused, PyObject *self, PyObject *value)
 {
     /* if tf and tf.is_tensor(value): ...  (false while `tf` is the object found false at
-     * install; anything else there stays RLlib's to judge) */
-    PyObject *tf = PyDict_GetItemWithError(PyTuple_GET_ITEM(fused, F_EMA_GLOBALS), s_tf);
+     * install; anything else there, or another `safe_isnan`, stays RLlib's to judge) */
+    PyObject *ema_globals = PyTuple_GET_ITEM(fused, F_EMA_GLOBALS);
+    PyObject *tf = PyDict_GetItemWithError(ema_globals, s_tf);
     if (tf == NULL)
         return PyErr_Occurred() ? -1 : 0;
     if (tf != PyTuple_GET_ITEM(fused, F_TF))
+        return 0;
+    PyObject *isnan_fn = PyDict_GetItemWithError(ema_globals, s_safe_isnan);
+    if (isnan_fn == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (isnan_fn != PyTuple_GET_ITEM(fused, F_SAFE_ISNAN))
         return 0;
     /* if safe_isnan(value): return  (torch.is_tensor(float) is False; numpy's isnan) */
     double v = PyFloat_AS_DOUBLE(value);
@@ -1061,17 +1070,17 @@ stats_exit(PyObject *fused, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     /* self.push(time_delta_s) */
     if ((push = PyObject_GetAttr(self, s_push)) == NULL)
         goto done;
-    int done = 0;
+    int pushed = 0;
     if (PyFloat_CheckExact(delta) && PyMethod_Check(push) &&
         PyMethod_GET_FUNCTION(push) == PyTuple_GET_ITEM(fused, F_EMA_PUSH) &&
         PyMethod_GET_SELF(push) == self)
-        done = ema_push(fused, self, delta);
-    if (done == 0) {
+        pushed = ema_push(fused, self, delta);
+    if (pushed == 0) {
         PyObject *r = PyObject_CallOneArg(push, delta);
-        done = r == NULL ? -1 : 1;
+        pushed = r == NULL ? -1 : 1;
         Py_XDECREF(r);
     }
-    if (done < 0)
+    if (pushed < 0)
         goto done;
     /* del self._start_times[thread_id] */
     Py_SETREF(starts, PyObject_GetAttr(self, s_start_times));
@@ -1098,11 +1107,12 @@ static PyMethodDef stats_exit_def = {
 static PyObject *
 rllib_stats(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *globals, *ema_globals, *push, *enter, *exit_fn, *tf;
-    if (!PyArg_ParseTuple(args, "O!O!OOOO:rllib_stats", &PyDict_Type, &globals, &PyDict_Type,
-                          &ema_globals, &push, &enter, &exit_fn, &tf))
+    PyObject *globals, *ema_globals, *push, *enter, *exit_fn, *tf, *safe_isnan;
+    if (!PyArg_ParseTuple(args, "O!O!OOOOO:rllib_stats", &PyDict_Type, &globals, &PyDict_Type,
+                          &ema_globals, &push, &enter, &exit_fn, &tf, &safe_isnan))
         return NULL;
-    PyObject *fused = PyTuple_Pack(N_FUSED, globals, ema_globals, push, enter, exit_fn, tf);
+    PyObject *fused = PyTuple_Pack(N_FUSED, globals, ema_globals, push, enter, exit_fn, tf,
+                                   safe_isnan);
     if (fused == NULL)
         return NULL;
     PyObject *c_enter = PyCFunction_New(&stats_enter_def, fused);
@@ -1272,7 +1282,7 @@ static PyMethodDef module_methods[] = {
      "The compiled `__enter__` and `__exit__` of RLlib's stats class `stats` (rllib.py's glue\n"
      "around RLlib's own `enter` and `exit`), as a pair of its method descriptors."},
     {"rllib_stats", rllib_stats, METH_VARARGS,
-     "rllib_stats(base_globals, ema_globals, ema_push, enter, exit, tf, /)\n--\n\n"
+     "rllib_stats(base_globals, ema_globals, ema_push, enter, exit, tf, safe_isnan, /)\n--\n\n"
      "RLlib 2.60's own `StatsBase.__enter__` and `__exit__` (`EmaStats.push` inlined), compiled,\n"
      "as a pair of functions of the stats object; what they do not cover goes to `enter`/`exit`."},
     {NULL, NULL, 0, NULL}};
@@ -1318,6 +1328,7 @@ PyInit__hotpath(void)
     INTERN(s_value, "_value");
     INTERN(s_ema_coeff, "_ema_coeff");
     INTERN(s_tf, "tf");
+    INTERN(s_safe_isnan, "safe_isnan");
     if ((one = PyLong_FromLong(1)) == NULL || (nano = PyFloat_FromDouble(1e-9)) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");

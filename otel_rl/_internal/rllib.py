@@ -292,7 +292,7 @@ def compiled_own(ema: ModuleType) -> tuple[Any, Any] | None:
     except (OSError, TypeError):  # no source to read (a zip, only .pyc): stay RLlib's
         return None
     return module.rllib_stats(sys.modules[cls.__module__].__dict__,  # type: ignore[no-any-return]
-                              vars(ema), push, enter, exit_, ema.tf)
+                              vars(ema), push, enter, exit_, ema.tf, ema.safe_isnan)
 
 
 def _patch_ema(module: ModuleType) -> None:
