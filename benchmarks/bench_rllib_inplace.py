@@ -12,7 +12,9 @@ each training iteration, in an order reversed every other cycle:
 
 - ``plain``: RLlib's own methods (everything else of otel_rl stays: the joined worker, its
   flushes and pushes, the per-call context);
-- ``otel_rl``: the glue as this checkout installs it (compiled where it is built);
+- ``otel_rl``: the glue as this checkout installs it (compiled where it is built, calling the
+  compiled copy of RLlib's own methods where RLlib's sources are the ones copied:
+  `rllib.compiled_own`);
 - ``no_op``: the same glue around a timer class that does nothing (where the glue is
   compiled): the glue's own part.
 

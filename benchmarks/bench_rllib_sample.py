@@ -11,7 +11,9 @@ variant's methods are installed), each ``sample(num_timesteps=STEPS)`` plus
 ``get_metrics()`` timed in thread CPU, variants interleaved in an order rotated every round:
 
 - ``plain``: RLlib's own ``StatsBase.__enter__``/``__exit__`` and ``MetricsLogger._set_key``;
-- ``otel_rl``: as this checkout instruments RLlib (the compiled glue, where it is built);
+- ``otel_rl``: as this checkout instruments RLlib (the compiled glue, where it is built,
+  calling the compiled copy of RLlib's own methods where RLlib's sources are the ones copied:
+  `rllib.compiled_own`);
 - ``glue, no-op block`` (where the glue is compiled): the same glue with a timer class that
   does nothing, so what the glue costs and what the otel_rl block in it costs are told apart;
 - ``otel_rl pure glue``: the pure-Python glue (the path without a compiler).

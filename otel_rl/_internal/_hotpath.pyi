@@ -17,3 +17,11 @@ def install_rllib(stats: type, enter: Callable[..., Any], exit: Callable[..., An
     """The compiled `__enter__` and `__exit__` of RLlib's stats class `stats` (`rllib.py`'s
     glue around RLlib's own `enter` and `exit`), as a pair of its method descriptors; the
     class keeps what they work with as ``_otel_rl_glue``."""
+
+def rllib_stats(base_globals: dict[str, Any], ema_globals: dict[str, Any],
+                ema_push: Callable[..., Any], enter: Callable[..., Any],
+                exit: Callable[..., Any], tf: object, safe_isnan: Callable[[Any], Any], /,
+                ) -> tuple[Callable[[Any], Any], Callable[..., None]]:
+    """RLlib 2.60's own `StatsBase.__enter__` and `__exit__` (`EmaStats.push` inlined for a
+    float), compiled, as a pair of functions of the stats object; what they do not cover goes
+    to RLlib's `enter` / `exit`, before anything changes (`rllib.compiled_own`)."""
