@@ -294,11 +294,12 @@ def test_the_accelerator_setting_switches_the_glue(patched: type) -> None:
 
 
 def test_rllibs_own_methods_stay_its_own_where_their_source_is_not_the_one_copied(
-        patched: type) -> None:
+        patched: type, monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled copy of RLlib's own ``__enter__``/``__exit__`` (`_hotpath.rllib_stats`)
     replaces RLlib's Python ones only for the sources it was written after (RLlib 2.60: the
     Ray venv's test runs it against them). The stand-in's methods read otherwise, so the glue
-    keeps calling them; a TensorFlow module in the stats module does the same."""
+    keeps calling them; with the sources read as the copied ones, a TensorFlow module in the
+    stats module keeps them too."""
     ema = types.ModuleType("ray.rllib.utils.metrics.stats.ema")
 
     class EmaStats(patched):  # type: ignore[valid-type, misc]
@@ -310,13 +311,11 @@ def test_rllibs_own_methods_stay_its_own_where_their_source_is_not_the_one_copie
     assert rllib.compiled_own(ema) is None
     rllib.PATCHES["ray.rllib.utils.metrics.stats.ema"](ema)
     assert patched not in rllib._compiled_own
-    # With the sources of the copy, but TensorFlow loaded: RLlib's own too.
-    digests = {name: rllib.OWN_SOURCES[name] for name in rllib.OWN_SOURCES}
-    original = rllib._source_digest
-    order = iter(("StatsBase.__enter__", "StatsBase.__exit__", "EmaStats.push", "safe_isnan"))
-    try:
-        rllib._source_digest = lambda function: digests[next(order)]  # type: ignore[assignment]
-        ema.tf = types.ModuleType("tensorflow")  # type: ignore[attr-defined]
-        assert rllib.compiled_own(ema) is None
-    finally:
-        rllib._source_digest = original  # type: ignore[assignment]
+    enter, exit_ = rllib.own_methods(patched)[:2]
+    read_as = {enter: "StatsBase.__enter__", exit_: "StatsBase.__exit__",
+               EmaStats.__dict__["push"]: "EmaStats.push", ema.safe_isnan: "safe_isnan"}
+    monkeypatch.setattr(rllib, "_source_digest", lambda f: rllib.OWN_SOURCES[read_as[f]])
+    copied = rllib.compiled_own(ema)
+    assert (copied is not None) is (accel.compiled() is not None)
+    ema.tf = types.ModuleType("tensorflow")  # type: ignore[attr-defined]
+    assert rllib.compiled_own(ema) is None
