@@ -40,7 +40,19 @@ CONFIGS = {"to-jaeger": REPO / "collector-config" / "to-jaeger.yaml",
 
 def _collector(binary: str, which: str, prometheus: PrometheusServer, jaeger: JaegerServer,
                workdir: Path) -> tuple[Any, str]:
-    """The collector running config `which`; (its process, its OTLP/HTTP base URL)."""
+    """The collector running config `which`; (its process, its OTLP/HTTP base URL). A free
+    port can be taken between picking and binding it: picked again, up to three times."""
+    for attempt in range(3):
+        try:
+            return _collector_on_free_ports(binary, which, prometheus, jaeger, workdir)
+        except RuntimeError as exc:
+            if attempt == 2 or "address already in use" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _collector_on_free_ports(binary: str, which: str, prometheus: PrometheusServer,
+                             jaeger: JaegerServer, workdir: Path) -> tuple[Any, str]:
     config, health = on_free_ports(substitute_for_jaeger(load(CONFIGS[which])))
     env = clean_env()
     prometheus_otlp = f"{prometheus.url}/api/v1/otlp"
