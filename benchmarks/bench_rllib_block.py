@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from _stats import fmt_ci
@@ -55,9 +56,8 @@ def main() -> int:
     def plain(method: Any) -> Any:
         return getattr(method, "__wrapped__", method)
 
-    variants: dict[str, tuple[Any, ...]] = {
-        "plain": (enter, exit_, plain(log_time), plain(set_key)),
-        "otel_rl pure glue": (pure_enter, pure_exit, log_time, set_key)}
+    plain_methods = (enter, exit_, plain(log_time), plain(set_key))
+    pure_methods = (pure_enter, pure_exit, log_time, set_key)
     copied = rllib._compiled_own.get(StatsBase)
 
     def compiled(own: Any) -> tuple[Any, ...]:
@@ -72,17 +72,17 @@ def main() -> int:
         assert glue is not None
         return (*glue, log_time, set_key)
 
+    #: variant -> what installs its (enter, exit, log_time, _set_key)
+    variants: dict[str, Callable[[], tuple[Any, ...]]] = {
+        "plain": lambda: plain_methods, "otel_rl pure glue": lambda: pure_methods}
     if rllib.accelerated():
-        variants["otel_rl"] = (copied,)
+        variants["otel_rl"] = lambda: compiled(copied)
         if copied is not None:
-            variants["otel_rl, RLlib's own in Python"] = (None,)
+            variants["otel_rl, RLlib's own in Python"] = lambda: compiled(None)
 
     def install(name: str) -> None:
-        methods = variants[name]
-        if len(methods) == 1:
-            methods = compiled(methods[0])
         (StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time,
-         MetricsLogger._set_key) = methods
+         MetricsLogger._set_key) = variants[name]()
 
     pipeline = ("env_to_module_connector", "timers", "connector_pipeline_timer")
     keys = [("env_to_module_connector", "timers", "connectors", f"c{i}") for i in range(4)]

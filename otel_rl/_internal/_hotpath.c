@@ -887,6 +887,16 @@ static PyMethodDef glue_exit_def = {
     "__exit__($self, exc_type, exc_value, tb)\n--\n\n"
     "RLlib's `StatsBase.__exit__`, then the end of its otel_rl block (compiled)."};
 
+/* `(a, b)` from two new references (either may be NULL: the error stands), both released. */
+static PyObject *
+new_pair(PyObject *a, PyObject *b)
+{
+    PyObject *pair = a && b ? PyTuple_Pack(2, a, b) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return pair;
+}
+
 static PyObject *
 install_rllib(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -903,12 +913,7 @@ install_rllib(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     PyObject *c_enter = PyDescr_NewMethod((PyTypeObject *)cls, &glue_enter_def);
     PyObject *c_exit = PyDescr_NewMethod((PyTypeObject *)cls, &glue_exit_def);
-    PyObject *result = NULL;
-    if (c_enter && c_exit)
-        result = PyTuple_Pack(2, c_enter, c_exit);
-    Py_XDECREF(c_enter);
-    Py_XDECREF(c_exit);
-    return result;
+    return new_pair(c_enter, c_exit);
 }
 
 /* --- RLlib's own timer methods, compiled (`rllib.py`, `_patch_ema`) ------------------------
@@ -953,13 +958,6 @@ call_global(PyObject *globals, PyObject *module, PyObject *attr)
     return r;
 }
 
-/* `what(*args)`: RLlib's own function, for a call this file does not cover. */
-static PyObject *
-stats_own(PyObject *what, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    return PyObject_Vectorcall(what, args, nargs, kwnames);
-}
-
 static PyObject *
 stats_enter(PyObject *fused, PyObject *self)
 {
@@ -967,13 +965,13 @@ stats_enter(PyObject *fused, PyObject *self)
     PyObject *tid = call_global(globals, s_threading, s_get_ident);
     if (tid == NULL)
         return PyErr_Occurred() ? NULL
-            : stats_own(PyTuple_GET_ITEM(fused, F_ENTER), &self, 1, NULL);
+            : PyObject_Vectorcall(PyTuple_GET_ITEM(fused, F_ENTER), &self, 1, NULL);
     /* self._start_times[thread_id] = time.perf_counter()  (the value first, as Python) */
     PyObject *now = call_global(globals, s_time, s_perf_counter);
     if (now == NULL) {
         Py_DECREF(tid);
         return PyErr_Occurred() ? NULL
-            : stats_own(PyTuple_GET_ITEM(fused, F_ENTER), &self, 1, NULL);
+            : PyObject_Vectorcall(PyTuple_GET_ITEM(fused, F_ENTER), &self, 1, NULL);
     }
     PyObject *starts = PyObject_GetAttr(self, s_start_times);
     int failed = starts == NULL || PyObject_SetItem(starts, tid, now) < 0;
@@ -1044,25 +1042,25 @@ stats_exit(PyObject *fused, PyObject *const *args, Py_ssize_t nargs, PyObject *k
 {
     PyObject *own = PyTuple_GET_ITEM(fused, F_EXIT);
     if (kwnames != NULL || nargs != 4)
-        return stats_own(own, args, nargs, kwnames);
+        return PyObject_Vectorcall(own, args, nargs, kwnames);
     PyObject *self = args[0], *globals = PyTuple_GET_ITEM(fused, F_GLOBALS);
     PyObject *result = NULL, *starts = NULL, *start = NULL, *now = NULL, *delta = NULL,
         *push = NULL;
     PyObject *tid = call_global(globals, s_threading, s_get_ident);
     if (tid == NULL)
-        return PyErr_Occurred() ? NULL : stats_own(own, args, nargs, NULL);
+        return PyErr_Occurred() ? NULL : PyObject_Vectorcall(own, args, nargs, NULL);
     /* assert self._start_times[thread_id] is not None */
     if ((starts = PyObject_GetAttr(self, s_start_times)) == NULL ||
         (start = PyObject_GetItem(starts, tid)) == NULL)
         goto done;
     if (start == Py_None) {
-        result = stats_own(own, args, nargs, NULL);
+        result = PyObject_Vectorcall(own, args, nargs, NULL);
         goto done;
     }
     /* time_delta_s = time.perf_counter() - self._start_times[thread_id] */
     if ((now = call_global(globals, s_time, s_perf_counter)) == NULL) {
         if (!PyErr_Occurred())
-            result = stats_own(own, args, nargs, NULL);
+            result = PyObject_Vectorcall(own, args, nargs, NULL);
         goto done;
     }
     if ((delta = PyNumber_Subtract(now, start)) == NULL)
@@ -1118,12 +1116,7 @@ rllib_stats(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *c_enter = PyCFunction_New(&stats_enter_def, fused);
     PyObject *c_exit = PyCFunction_New(&stats_exit_def, fused);
     Py_DECREF(fused);
-    PyObject *result = NULL;
-    if (c_enter && c_exit)
-        result = PyTuple_Pack(2, c_enter, c_exit);
-    Py_XDECREF(c_enter);
-    Py_XDECREF(c_exit);
-    return result;
+    return new_pair(c_enter, c_exit);
 }
 
 /* --- install ------------------------------------------------------------------------------ */
