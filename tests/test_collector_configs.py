@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fixtures.jaeger import free_port, start_jaeger
+from tests.fixtures.jaeger import free_port, on_a_port_still_free, start_jaeger
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "collector-config"
@@ -252,8 +252,11 @@ def on_free_ports(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
 def test_config_starts_and_becomes_healthy(jaeger_binary: str, path: Path, tmp_path: Path) -> None:
     # `validate` does not build everything: tail_sampling checks its policy types only when
     # it starts. So each config (with Jaeger stand-ins, on free ports) is started for real.
-    config, health_url = on_free_ports(substitute_for_jaeger(load(path)))
-    process = start_jaeger(jaeger_binary, config, health_url, tmp_path, env=clean_env())
+    def start() -> Any:
+        config, health_url = on_free_ports(substitute_for_jaeger(load(path)))
+        return start_jaeger(jaeger_binary, config, health_url, tmp_path, env=clean_env())
+
+    process = on_a_port_still_free(start)
     try:
         assert process.process.poll() is None
     finally:
@@ -262,10 +265,13 @@ def test_config_starts_and_becomes_healthy(jaeger_binary: str, path: Path, tmp_p
 
 @pytest.mark.jaeger
 def test_start_catches_an_unknown_sampling_policy(jaeger_binary: str, tmp_path: Path) -> None:
-    config, health_url = on_free_ports(load(JAEGER_CONFIG))
-    config["processors"]["tail_sampling"]["policies"][1]["type"] = "latencyy"
+    def start() -> Any:
+        config, health_url = on_free_ports(load(JAEGER_CONFIG))
+        config["processors"]["tail_sampling"]["policies"][1]["type"] = "latencyy"
+        return start_jaeger(jaeger_binary, config, health_url, tmp_path, env=clean_env())
+
     with pytest.raises(RuntimeError, match="latencyy"):
-        start_jaeger(jaeger_binary, config, health_url, tmp_path, env=clean_env())
+        on_a_port_still_free(start)
 
 
 @pytest.mark.jaeger

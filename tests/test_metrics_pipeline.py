@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.jaeger import JaegerServer, start_jaeger
+from tests.fixtures.jaeger import JaegerServer, on_a_port_still_free, start_jaeger
 from tests.fixtures.prometheus import PrometheusServer
 from tests.test_collector_configs import clean_env, load, on_free_ports, substitute_for_jaeger
 from tests.test_metrics_stack import dashboard, dashboard_queries
@@ -40,15 +40,10 @@ CONFIGS = {"to-jaeger": REPO / "collector-config" / "to-jaeger.yaml",
 
 def _collector(binary: str, which: str, prometheus: PrometheusServer, jaeger: JaegerServer,
                workdir: Path) -> tuple[Any, str]:
-    """The collector running config `which`; (its process, its OTLP/HTTP base URL). A free
-    port can be taken between picking and binding it: picked again, up to three times."""
-    for attempt in range(3):
-        try:
-            return _collector_on_free_ports(binary, which, prometheus, jaeger, workdir)
-        except RuntimeError as exc:
-            if attempt == 2 or "address already in use" not in str(exc):
-                raise
-    raise AssertionError("unreachable")
+    """The collector running config `which`; (its process, its OTLP/HTTP base URL)."""
+    return on_a_port_still_free(
+        lambda: _collector_on_free_ports(binary, which, prometheus, jaeger, workdir)
+    )
 
 
 def _collector_on_free_ports(binary: str, which: str, prometheus: PrometheusServer,
