@@ -13,9 +13,13 @@ interval of the per-round difference (`_stats`):
 - ``otel_rl pure glue``: as this checkout instruments RLlib on the pure-Python path;
 - ``otel_rl``: as this checkout instruments RLlib (the compiled glue, where it is built; it
   calls the compiled copy of RLlib's own ``__enter__``/``__exit__`` where RLlib's sources are
-  the ones copied, `rllib.compiled_own`);
-- ``otel_rl, RLlib's own in Python``: the compiled glue calling RLlib's Python methods (what
-  ``otel_rl`` was before that copy: otel_rl's own cost per block, apart from the copy's saving).
+  the ones copied, `rllib.compiled_own`, and ``log_time`` is the compiled copy of RLlib's,
+  `rllib.compiled_log_time`);
+- ``otel_rl, RLlib's log_time in Python``: the same with RLlib's own ``log_time`` (what
+  ``otel_rl`` was in the sixteenth session);
+- ``otel_rl, RLlib's own in Python``: the compiled glue calling RLlib's Python methods, and
+  RLlib's ``log_time`` (what ``otel_rl`` was before both copies: otel_rl's own cost per block,
+  apart from the copies' saving).
 
 Each variant has its own logger, made while its methods are installed (how a stats object
 was named can change what RLlib's own code costs on it: on Python 3.11+ reading an object's
@@ -51,19 +55,16 @@ def main() -> int:
     from otel_rl.timers import hierarchical_timer
 
     enter, exit_, pure_enter, pure_exit = rllib.own_methods(StatsBase)  # (KeyError: not patched)
-    set_key, log_time = MetricsLogger._set_key, MetricsLogger.log_time
-
-    def plain(method: Any) -> Any:
-        return getattr(method, "__wrapped__", method)
-
-    plain_methods = (enter, exit_, plain(log_time), plain(set_key))
-    pure_methods = (pure_enter, pure_exit, log_time, set_key)
+    set_key = MetricsLogger._set_key
+    own_log_time, copied_log_time = rllib._loggers[MetricsLogger]
+    plain_methods = (enter, exit_, own_log_time, set_key.__wrapped__)
+    pure_methods = (pure_enter, pure_exit, own_log_time, set_key)
     copied = rllib._compiled_own.get(StatsBase)
 
-    def compiled(own: Any) -> tuple[Any, ...]:
+    def compiled(own: Any, log_time: Any) -> tuple[Any, ...]:
         """The compiled glue calling `own` (the compiled copy of RLlib's methods, or None:
-        RLlib's Python ones). The glue finds what it calls through the class, so it is
-        installed again at each switch."""
+        RLlib's Python ones), with `log_time`. The glue finds what it calls through the
+        class, so it is installed again at each switch."""
         if own is None:
             rllib._compiled_own.pop(StatsBase, None)
         else:
@@ -76,9 +77,12 @@ def main() -> int:
     variants: dict[str, Callable[[], tuple[Any, ...]]] = {
         "plain": lambda: plain_methods, "otel_rl pure glue": lambda: pure_methods}
     if rllib.accelerated():
-        variants["otel_rl"] = lambda: compiled(copied)
+        variants["otel_rl"] = lambda: compiled(copied, copied_log_time or own_log_time)
+        if copied_log_time is not None:
+            variants["otel_rl, RLlib's log_time in Python"] = lambda: compiled(copied,
+                                                                              own_log_time)
         if copied is not None:
-            variants["otel_rl, RLlib's own in Python"] = lambda: compiled(None)
+            variants["otel_rl, RLlib's own in Python"] = lambda: compiled(None, own_log_time)
 
     def install(name: str) -> None:
         (StatsBase.__enter__, StatsBase.__exit__, MetricsLogger.log_time,

@@ -14,6 +14,7 @@ whole. The real RLlib runs are in tests/frameworks/test_rllib.py (the compiled g
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -319,3 +320,144 @@ def test_rllibs_own_methods_stay_its_own_where_their_source_is_not_the_one_copie
     assert (copied is not None) is (accel.compiled() is not None)
     ema.tf = types.ModuleType("tensorflow")  # type: ignore[attr-defined]
     assert rllib.compiled_own(ema) is None
+
+
+def logger_stand_in(key_ins: list[Any]) -> types.ModuleType:
+    """A module shaped like ``ray.rllib.utils.metrics.metrics_logger`` (its ``log_time`` path:
+    the lock, `force_tuple`, `tree.flatten`, the three lookups); `key_ins` gets every key
+    ``_key_in_stats`` is asked about."""
+    module = types.ModuleType("ray.rllib.utils.metrics.metrics_logger")
+    tree = types.ModuleType("tree")
+    tree.flatten = lambda s: list(s) if isinstance(s, (tuple, list)) else [s]  # type: ignore[attr-defined]
+
+    def force_list(elements: Any = None, to_tuple: bool = False) -> Any:
+        return tuple(elements) if to_tuple else list(elements)
+
+    class _DummyRLock:
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            pass
+
+    class MetricsLogger:
+        def __init__(self) -> None:
+            self.stats: dict[str, Any] = {}
+            self._threading_lock: Any = _DummyRLock()
+
+        def log_time(self, key: Any, *, reduce: str = "ema") -> Any:
+            self._maybe_create_stats_object(key, reduce=reduce)
+            return self._get_key(key)
+
+        def _maybe_create_stats_object(self, key: Any, *, reduce: str) -> None:
+            with self._threading_lock:
+                if not self._key_in_stats(key):
+                    self._set_key(key, types.SimpleNamespace(reduce=reduce))
+
+        def _key_in_stats(self, flat_key: Any) -> bool:
+            key_ins.append(flat_key)
+            node = self.stats
+            for part in module.force_tuple(module.tree.flatten(flat_key)):
+                if part not in node:
+                    return False
+                node = node[part]
+            return True
+
+        def _get_key(self, flat_key: Any) -> Any:
+            node = self.stats
+            for part in module.force_tuple(module.tree.flatten(flat_key)):
+                node = node[part]
+            return node
+
+        def _set_key(self, flat_key: Any, stats: Any) -> None:
+            parts = module.force_tuple(module.tree.flatten(flat_key))
+            node = self.stats
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = stats
+
+    module.MetricsLogger, module._DummyRLock, module.tree = MetricsLogger, _DummyRLock, tree  # type: ignore[attr-defined]
+    module.force_tuple = functools.partial(force_list, to_tuple=True)  # type: ignore[attr-defined]
+    return module
+
+
+@pytest.mark.skipif(accel.compiled() is None, reason="the compiled hot path is not built here")
+def test_rllibs_log_time_is_copied_only_where_it_reads_as_the_copied_one_and_hands_on_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled copy of RLlib's ``MetricsLogger.log_time`` (`_hotpath.rllib_log_time`)
+    replaces RLlib's only for the sources it was written after (RLlib 2.60: the Ray venv's test
+    runs it against them); where it is installed it answers a held key itself and hands every
+    call it does not cover to RLlib's function, and it follows the accelerator setting."""
+    key_ins: list[Any] = []
+    module = logger_stand_in(key_ins)
+    cls = module.MetricsLogger  # type: ignore[attr-defined]
+    own = cls.log_time
+    assert rllib.compiled_log_time(module, own) is None  # the stand-in reads otherwise
+    lock = module._DummyRLock  # type: ignore[attr-defined]
+    read_as = {own: "MetricsLogger.log_time",
+               cls._maybe_create_stats_object: "MetricsLogger._maybe_create_stats_object",
+               cls._key_in_stats: "MetricsLogger._key_in_stats",
+               cls._get_key: "MetricsLogger._get_key", lock.__enter__: "_DummyRLock.__enter__",
+               lock.__exit__: "_DummyRLock.__exit__",
+               module.force_tuple.func: "force_list",  # type: ignore[attr-defined]
+               module.tree.flatten: "tree.flatten"}  # type: ignore[attr-defined]
+    monkeypatch.setattr(rllib, "_source_digest",
+                        lambda f: rllib.LOG_TIME_SOURCES[read_as[f]])
+    rllib.PATCHES["ray.rllib.utils.metrics.metrics_logger"](module)
+    try:
+        compiled = cls.__dict__["log_time"]
+        assert compiled is not own and rllib._loggers[cls] == (own, compiled)
+        logger = cls()
+        made = logger.log_time(("timers", "a"))  # not held: RLlib's function creates it
+        assert key_ins == [("timers", "a")] and made._otel_rl_block == "a"
+        for key, held in ((("timers", "a"), made), ("timers", logger.stats["timers"])):
+            del key_ins[:]  # held (a dict is a value too): answered without RLlib's lookup
+            assert logger.log_time(key) is held and key_ins == []
+
+        def handed_on(logger: Any, key: Any = ("timers", "a"), **kwargs: Any) -> bool:
+            del key_ins[:]
+            assert logger.log_time(key, **kwargs) is own(logger, key, **kwargs)
+            return len(key_ins) == 2  # once by the call, once by `own` above
+
+        assert handed_on(logger, reduce="ema")  # keyword arguments
+        assert handed_on(logger, ["timers", "a"])  # a list: what `tree.flatten` makes of it
+        assert handed_on(logger, ("timers", 1)) and handed_on(logger, ())
+        for key, kwargs in ((("timers", "a", "b"), {}),  # under a stats object
+                            (("timers", "a"), {"nope": 1})):  # an unknown keyword
+            del key_ins[:]
+            with pytest.raises(TypeError):  # RLlib's own error, from RLlib's function
+                logger.log_time(key, **kwargs)
+            assert key_ins == ([key] if not kwargs else [])
+        other = cls()
+        other._threading_lock = threading.RLock()
+        other.log_time("x")
+        assert handed_on(other, "x")
+        shadowed = cls()
+        shadowed.log_time("x")
+        shadowed._get_key = functools.partial(cls._get_key, shadowed)
+        assert handed_on(shadowed, "x")
+
+        class Sub(cls):  # type: ignore[valid-type, misc]
+            def _key_in_stats(self, flat_key: Any) -> bool:
+                return bool(super()._key_in_stats(flat_key))
+
+        sub = Sub()
+        sub.log_time("x")
+        assert handed_on(sub, "x")
+        tree, flatten = module.tree, module.tree.flatten  # type: ignore[attr-defined]
+        other_tree = types.ModuleType("tree")
+        other_tree.flatten = flatten  # type: ignore[attr-defined]
+        for target, name, same_but_another in (
+                (module, "tree", other_tree), (tree, "flatten", lambda s: flatten(s)),
+                (module, "force_tuple", functools.partial(module.force_tuple.func,  # type: ignore[attr-defined]
+                                                          to_tuple=True))):
+            with monkeypatch.context() as patch:  # another object there: RLlib's function
+                patch.setattr(target, name, same_but_another)
+                assert handed_on(logger)
+        assert recorder.use_accelerator(False) is False
+        assert cls.__dict__["log_time"] is own
+        recorder.use_accelerator(True)
+        assert cls.__dict__["log_time"] is compiled
+    finally:
+        recorder.use_accelerator(accel.wanted())
+        rllib._loggers.pop(cls, None)

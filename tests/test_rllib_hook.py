@@ -91,6 +91,8 @@ def test_a_stats_object_is_named_once_when_the_logger_stores_it() -> None:
     log_time = module.MetricsLogger.log_time
     rllib.PATCHES["ray.rllib.utils.metrics.metrics_logger"](module)
     assert module.MetricsLogger.log_time is log_time  # no wrapper per timed block
+    # ... and no compiled copy: the stand-in is not RLlib 2.60's metrics_logger.py
+    assert rllib._loggers.pop(module.MetricsLogger) == (log_time, None)
     logger = module.MetricsLogger()
     stats = logger.log_time(("env_to_module_connector", "timers", "connectors", "add_states"))
     assert stats.__dict__[rllib._NAME] == "env_to_module_connector.connectors.add_states"

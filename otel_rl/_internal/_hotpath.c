@@ -1119,6 +1119,171 @@ rllib_stats(PyObject *Py_UNUSED(module), PyObject *args)
     return new_pair(c_enter, c_exit);
 }
 
+/* --- RLlib's `MetricsLogger.log_time`, compiled (`rllib.py`, `_patch_logger`) --------------
+ * RLlib 2.60's `log_time(self, key)` for a key the logger already holds: there
+ * `_maybe_create_stats_object` (under `self._threading_lock`, RLlib's no-op `_DummyRLock`) finds
+ * it with `_key_in_stats` and creates nothing, and `_get_key` returns it, each flattening the key
+ * with `force_tuple(tree.flatten(key))` and walking `self.stats` (~2 us, seven Python frames;
+ * every RLlib timer block starts with one). Here a key that is a str or a non-empty tuple of
+ * strs (what `tree.flatten` and `force_tuple` leave as they are) is walked once through
+ * `self.stats` and returned. Everything else goes to RLlib's own `log_time`, before anything
+ * changes: keyword arguments, a key not held yet (RLlib creates its stats object), another kind
+ * of key, a level that is not exactly a dict, a lock that is not a `_DummyRLock` whose
+ * `__enter__`/`__exit__` are the ones seen at install, and a logger whose
+ * `_maybe_create_stats_object`, `_key_in_stats` or `_get_key`, or a metrics_logger.py whose
+ * `tree`, `tree.flatten` or `force_tuple`, are not the ones seen at install (looked up at every
+ * call, as RLlib's code does). */
+enum {
+    LT_OWN,         /* MetricsLogger.log_time (Python) */
+    LT_GLOBALS,     /* metrics_logger.py's module dict */
+    LT_TREE, LT_FLATTEN, LT_FORCE_TUPLE,  /* `tree`, `tree.flatten`, `force_tuple` there */
+    LT_MAYBE, LT_KEY_IN, LT_GET_KEY,      /* the three MetricsLogger methods log_time calls */
+    LT_LOCK, LT_LOCK_ENTER, LT_LOCK_EXIT,  /* _DummyRLock, its __enter__ and __exit__ */
+    N_LOG_TIME
+};
+static PyObject *s_otel_rl_log_time, *s_tree, *s_flatten, *s_force_tuple,
+    *s_maybe_create_stats_object, *s_key_in_stats, *s_get_key, *s_threading_lock, *s_stats;
+
+/* Whether `self.name` is the function `f` bound to `self`: found on its type, not shadowed by
+ * an instance attribute; 0 also where looking it up raised (the caller hands the call on). */
+static int
+bound_to(PyObject *self, PyObject *name, PyObject *f)
+{
+    PyObject *m = NULL;
+#if PY_VERSION_HEX < 0x030D0000
+    int unbound = _PyObject_GetMethod(self, name, &m);
+#else
+    int unbound = 0;
+    m = PyObject_GetAttr(self, name);
+#endif
+    if (m == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = unbound ? m == f
+        : PyMethod_Check(m) && PyMethod_GET_FUNCTION(m) == f && PyMethod_GET_SELF(m) == self;
+    Py_DECREF(m);
+    return same;
+}
+
+/* Whether metrics_logger.py's global `name` is `expected` (0 also where it is gone). */
+static inline int
+global_is(PyObject *globals, PyObject *name, PyObject *expected)
+{
+    PyObject *v = PyDict_GetItemWithError(globals, name);
+    if (v == NULL)
+        PyErr_Clear();
+    return v == expected;
+}
+
+/* The stats object `self` holds under `key` (a new reference), or NULL with no exception where
+ * the fast path does not cover the call. */
+static PyObject *
+held_stats(PyObject *lt, PyObject *self, PyObject *key)
+{
+#define LT(which) PyTuple_GET_ITEM(lt, which)
+    PyObject *const *parts;
+    Py_ssize_t n;
+    if (PyUnicode_CheckExact(key)) {
+        parts = &key;
+        n = 1;
+    }
+    else if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) > 0) {
+        parts = &PyTuple_GET_ITEM(key, 0);
+        n = PyTuple_GET_SIZE(key);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!PyUnicode_CheckExact(parts[i]))
+                return NULL;
+    }
+    else
+        return NULL;
+    PyObject *globals = LT(LT_GLOBALS);
+    if (!global_is(globals, s_tree, LT(LT_TREE)) ||
+        !global_is(globals, s_force_tuple, LT(LT_FORCE_TUPLE)))
+        return NULL;
+    PyObject *flatten = PyObject_GetAttr(LT(LT_TREE), s_flatten);
+    if (flatten == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(flatten);  /* only its identity is read: the module still holds it */
+    if (flatten != LT(LT_FLATTEN) ||
+        !bound_to(self, s_maybe_create_stats_object, LT(LT_MAYBE)) ||
+        !bound_to(self, s_key_in_stats, LT(LT_KEY_IN)) ||
+        !bound_to(self, s_get_key, LT(LT_GET_KEY)))
+        return NULL;
+    /* with self._threading_lock: (a _DummyRLock: its __enter__ and __exit__ do nothing) */
+    PyObject *lock = PyObject_GetAttr(self, s_threading_lock);
+    if (lock == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyTypeObject *lt_type = Py_TYPE(lock);
+    Py_DECREF(lock);
+    if ((PyObject *)lt_type != LT(LT_LOCK) ||
+        _PyType_Lookup(lt_type, s___enter__) != LT(LT_LOCK_ENTER) ||
+        _PyType_Lookup(lt_type, s___exit__) != LT(LT_LOCK_EXIT))
+        return NULL;
+    /* _key_in_stats(key) and _get_key(key): `_dict = _dict[part]` for each part */
+    PyObject *level = PyObject_GetAttr(self, s_stats);
+    if (level == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *next = PyDict_CheckExact(level) ? PyDict_GetItemWithError(level, parts[i])
+            : NULL;
+        Py_XINCREF(next);
+        Py_DECREF(level);
+        if (next == NULL) {  /* not held (RLlib creates it), or not a dict there */
+            PyErr_Clear();
+            return NULL;
+        }
+        level = next;
+    }
+    return level;
+#undef LT
+}
+
+static PyObject *
+log_time(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *lt = _PyType_Lookup(Py_TYPE(self), s_otel_rl_log_time);
+    if (lt == NULL || !PyTuple_CheckExact(lt) || PyTuple_GET_SIZE(lt) != N_LOG_TIME) {
+        PyErr_Format(PyExc_TypeError, "%R has no otel_rl log_time", (PyObject *)Py_TYPE(self));
+        return NULL;
+    }
+    Py_INCREF(lt);  /* the class's attribute could be replaced meanwhile */
+    PyObject *result = kwnames == NULL && nargs == 1 ? held_stats(lt, self, args[0]) : NULL;
+    if (result == NULL)
+        result = call_pure(PyTuple_GET_ITEM(lt, LT_OWN), self, args, nargs, kwnames);
+    Py_DECREF(lt);
+    return result;
+}
+
+static PyMethodDef log_time_def = {
+    "log_time", (PyCFunction)(void (*)(void))log_time, METH_FASTCALL | METH_KEYWORDS,
+    "log_time($self, key, /, **kwargs)\n--\n\n"
+    "RLlib 2.60's `MetricsLogger.log_time` for a key it holds (compiled)."};
+
+static PyObject *
+rllib_log_time(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *cls, *own, *globals, *tree, *flatten, *force_tuple, *maybe, *key_in, *get_key,
+        *lock, *lock_enter, *lock_exit;
+    if (!PyArg_ParseTuple(args, "O!OO!OOOOOOO!OO:rllib_log_time", &PyType_Type, &cls, &own,
+                          &PyDict_Type, &globals, &tree, &flatten, &force_tuple, &maybe,
+                          &key_in, &get_key, &PyType_Type, &lock, &lock_enter, &lock_exit))
+        return NULL;
+    PyObject *lt = PyTuple_Pack(N_LOG_TIME, own, globals, tree, flatten, force_tuple, maybe,
+                                key_in, get_key, lock, lock_enter, lock_exit);
+    if (lt == NULL)
+        return NULL;
+    int failed = PyObject_SetAttr(cls, s_otel_rl_log_time, lt) < 0;
+    Py_DECREF(lt);
+    return failed ? NULL : PyDescr_NewMethod((PyTypeObject *)cls, &log_time_def);
+}
+
 /* --- install ------------------------------------------------------------------------------ */
 
 static PyMethodDef init_def = {
@@ -1278,6 +1443,11 @@ static PyMethodDef module_methods[] = {
      "rllib_stats(base_globals, ema_globals, ema_push, enter, exit, tf, safe_isnan, /)\n--\n\n"
      "RLlib 2.60's own `StatsBase.__enter__` and `__exit__` (`EmaStats.push` inlined), compiled,\n"
      "as a pair of functions of the stats object; what they do not cover goes to `enter`/`exit`."},
+    {"rllib_log_time", rllib_log_time, METH_VARARGS,
+     "rllib_log_time(logger, own, globals, tree, flatten, force_tuple, maybe_create,\n"
+     "               key_in_stats, get_key, lock, lock_enter, lock_exit, /)\n--\n\n"
+     "RLlib 2.60's `MetricsLogger.log_time` for a key the logger holds, compiled, as a method\n"
+     "descriptor of the class `logger`; every other call goes to `own`."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
@@ -1322,6 +1492,15 @@ PyInit__hotpath(void)
     INTERN(s_ema_coeff, "_ema_coeff");
     INTERN(s_tf, "tf");
     INTERN(s_safe_isnan, "safe_isnan");
+    INTERN(s_otel_rl_log_time, "_otel_rl_log_time");
+    INTERN(s_tree, "tree");
+    INTERN(s_flatten, "flatten");
+    INTERN(s_force_tuple, "force_tuple");
+    INTERN(s_maybe_create_stats_object, "_maybe_create_stats_object");
+    INTERN(s_key_in_stats, "_key_in_stats");
+    INTERN(s_get_key, "_get_key");
+    INTERN(s_threading_lock, "_threading_lock");
+    INTERN(s_stats, "stats");
     if ((one = PyLong_FromLong(1)) == NULL || (nano = PyFloat_FromDouble(1e-9)) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");

@@ -25,3 +25,11 @@ def rllib_stats(base_globals: dict[str, Any], ema_globals: dict[str, Any],
     """RLlib 2.60's own `StatsBase.__enter__` and `__exit__` (`EmaStats.push` inlined for a
     float), compiled, as a pair of functions of the stats object; what they do not cover goes
     to RLlib's `enter` / `exit`, before anything changes (`rllib.compiled_own`)."""
+def rllib_log_time(logger: type, own: Callable[..., Any], globals: dict[str, Any], tree: Any,
+                   flatten: Callable[[Any], Any], force_tuple: Callable[[Any], Any],
+                   maybe_create: Callable[..., Any], key_in_stats: Callable[..., Any],
+                   get_key: Callable[..., Any], lock: type, lock_enter: Callable[..., Any],
+                   lock_exit: Callable[..., Any], /) -> Any:
+    """RLlib 2.60's `MetricsLogger.log_time` for a key the logger holds, compiled, as a method
+    descriptor of the class `logger`; every other call (a key not held yet, keyword arguments,
+    anything the copy does not cover) goes to RLlib's `own` (`rllib.compiled_log_time`)."""

@@ -306,3 +306,22 @@ def test_rllibs_own_timer_methods_compiled_give_rllibs_numbers(venvs: Any,
         # RLlib's push runs for the objects the copy hands back (another class's push, an
         # int coefficient, a numpy value, a replaced push), not for the plain EMAs.
         assert 0 < pushes["compiled"] < pushes["rllib"] / 1.5
+
+
+def test_rllibs_log_time_compiled_gives_rllibs_stats_objects(venvs: Any, tmp_path: Path) -> None:
+    """The compiled copy of RLlib's ``MetricsLogger.log_time`` (`_hotpath.rllib_log_time`):
+    random programs of calls on real loggers return the same stats objects and leave the same
+    ``stats`` trees as RLlib's own (rllib_log_time_diff.py), answer a held key without RLlib's
+    Python lookup, and hand every other call to RLlib's function."""
+    venv = venvs("ray")
+    for seed in (1, 2):
+        done = venv.run(venv.python, HERE / "rllib_log_time_diff.py", tmp_path / f"out{seed}",
+                        str(seed), "2500", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        facts = json.loads(done.stdout.splitlines()[-1])
+        assert facts["calls"] == 2500 and facts["lock_is_dummy"]
+        assert facts["same"], facts["first_difference"]
+        key_ins = facts["python_key_in_stats"]
+        # Each call the copy answered is one RLlib's Python lookup did not run; the rest ran it.
+        assert facts["answered_by_the_copy"] > 500
+        assert key_ins["rllib"] - key_ins["compiled"] == facts["answered_by_the_copy"]
