@@ -1263,7 +1263,7 @@ log_time(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
 
 static PyMethodDef log_time_def = {
     "log_time", (PyCFunction)(void (*)(void))log_time, METH_FASTCALL | METH_KEYWORDS,
-    "log_time($self, key, /, **kwargs)\n--\n\n"
+    "log_time($self, key, **kwargs)\n--\n\n"
     "RLlib 2.60's `MetricsLogger.log_time` for a key it holds (compiled)."};
 
 static PyObject *
