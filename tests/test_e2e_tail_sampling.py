@@ -32,26 +32,25 @@ pytestmark = [pytest.mark.jaeger, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def sampling_collector(jaeger: Any, jaeger_binary: str, tmp_path: Path) -> Any:
-    ports: dict[str, int] = {}
-
-    def start() -> Any:
-        ports.update(grpc=free_port(), http=free_port(), health=free_port())
+    def start() -> tuple[Any, str]:
+        grpc_port, http_port, health_port = free_port(), free_port(), free_port()
         env = {
-            "OTEL_RL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
-            "OTEL_RL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
-            "OTEL_RL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
+            "OTEL_RL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+            "OTEL_RL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+            "OTEL_RL_HEALTH_ENDPOINT": f"127.0.0.1:{health_port}",
             "OTEL_RL_JAEGER_ENDPOINT": jaeger.otlp_grpc_endpoint,
             "OTEL_RL_DECISION_WAIT": "1s",
             "OTEL_RL_BATCH_TIMEOUT": "100ms",
             "OTEL_RL_SLOW_MS": str(SLOW_MS),
             "OTEL_RL_KEEP_PERCENT": str(KEEP_PERCENT),
         }
-        health = f"http://127.0.0.1:{ports['health']}/status"
-        return start_jaeger(jaeger_binary, CONFIG, health, tmp_path, env=env)
+        health = f"http://127.0.0.1:{health_port}/status"
+        process = start_jaeger(jaeger_binary, CONFIG, health, tmp_path, env=env)
+        return process, f"127.0.0.1:{grpc_port}"
 
-    process = on_a_port_still_free(start)
+    process, grpc_endpoint = on_a_port_still_free(start)
     try:
-        yield f"127.0.0.1:{ports['grpc']}"
+        yield grpc_endpoint
     finally:
         process.stop()
 

@@ -385,12 +385,11 @@ def compiled_log_time(module: ModuleType, own: Any) -> Any | None:
         return None
     cls, lock, tree, force_tuple = (getattr(module, name, None) for name in (
         "MetricsLogger", "_DummyRLock", "tree", "force_tuple"))
-    if not (isinstance(cls, type) and isinstance(lock, type)
-            and callable(getattr(tree, "flatten", None))
+    flatten = getattr(tree, "flatten", None)
+    if not (isinstance(cls, type) and isinstance(lock, type) and callable(flatten)
             and isinstance(force_tuple, functools.partial) and force_tuple.args == ()
             and force_tuple.keywords == {"to_tuple": True}):
         return None
-    assert tree is not None
     maybe, key_in, get_key = (getattr(cls, name, None) for name in (
         "_maybe_create_stats_object", "_key_in_stats", "_get_key"))
     lock_enter, lock_exit = lock.__dict__.get("__enter__"), lock.__dict__.get("__exit__")
@@ -398,11 +397,11 @@ def compiled_log_time(module: ModuleType, own: Any) -> Any | None:
                  "MetricsLogger._maybe_create_stats_object": maybe,
                  "MetricsLogger._key_in_stats": key_in, "MetricsLogger._get_key": get_key,
                  "_DummyRLock.__enter__": lock_enter, "_DummyRLock.__exit__": lock_exit,
-                 "force_list": force_tuple.func, "tree.flatten": tree.flatten}
+                 "force_list": force_tuple.func, "tree.flatten": flatten}
     if not _reads_as(functions, LOG_TIME_SOURCES):
         return None
     try:
-        return compiled.rllib_log_time(cls, own, vars(module), tree, tree.flatten, force_tuple,
+        return compiled.rllib_log_time(cls, own, vars(module), tree, flatten, force_tuple,
                                        maybe, key_in, get_key, lock, lock_enter, lock_exit)
     except Exception as exc:  # a build that does not fit: stay RLlib's
         _fail("compiled log_time", exc)

@@ -32,6 +32,7 @@ import otel_rl
 
 otel_rl.configure(output_dir=sys.argv[1])
 
+from difftools import Calls, compared  # noqa: E402
 from ray.rllib.utils.metrics import metrics_logger  # noqa: E402
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger  # noqa: E402
 
@@ -123,13 +124,6 @@ def program(log_time: Any, copy: bool) -> tuple[list[Any], int, list[bool]]:
     made = loggers()
     trace: list[Any] = []
     copy_answers: list[bool] = []  # per call without keywords: whether `held` says so
-    key_ins = 0
-    key_in_code = MetricsLogger._key_in_stats.__code__
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal key_ins
-        if event == "call" and frame.f_code is key_in_code:
-            key_ins += 1
 
     def call(logger: Any, k: Any, kwargs: dict[str, Any]) -> Any:
         try:
@@ -138,15 +132,13 @@ def program(log_time: Any, copy: bool) -> tuple[list[Any], int, list[bool]]:
             return f"raises {type(exc).__name__}: {exc}"
         return [where(logger, got), type(got).__name__, repr(got)]
 
-    threading.setprofile(count)
-    sys.setprofile(count)
-    try:
+    with Calls(MetricsLogger._key_in_stats) as key_ins:
         for _ in range(CALLS):
             which = rng.choices(range(len(made)), (40, 30, 10, 10, 10))[0]
             logger, k = made[which], key(rng)
             kwargs = rng.choice(KWARGS) if rng.random() < 0.05 else {}
             answers = not kwargs and held(logger, k)
-            before = key_ins
+            before = key_ins.n
             if rng.random() < 0.02:
                 done: list[Any] = []
                 thread = threading.Thread(
@@ -158,23 +150,16 @@ def program(log_time: Any, copy: bool) -> tuple[list[Any], int, list[bool]]:
                 result = call(logger, k, kwargs)
             trace.append([which, repr(k), repr(kwargs), result,
                           [tree_of(m.stats) for m in made]])
-            copy_answers.append(answers and key_ins == before)
-            if copy and not kwargs and answers != (key_ins == before):  # the copy answered what
+            copy_answers.append(answers and key_ins.n == before)
+            if copy and not kwargs and answers != (key_ins.n == before):  # the copy answered what
                 # it should not, or handed on what it should answer: the records differ there
                 trace[-1].append("RLlib's _key_in_stats " + ("ran" if answers else "did not run"))
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
-    return trace, key_ins, copy_answers
+    return trace, key_ins.n, copy_answers
 
 
 own_trace, own_key_ins, _ = program(lambda logger, k, **kw: OWN(logger, k, **kw), False)
 compiled_trace, compiled_key_ins, answered = program(lambda logger, k, **kw: logger.log_time(k, **kw), True)
-first = next((i for i, (a, b) in enumerate(zip(own_trace, compiled_trace, strict=True))
-              if a != b), None)
-print(json.dumps({"calls": len(own_trace), "same": own_trace == compiled_trace,
-                  "first_difference": None if first is None else
-                  {"rllib": own_trace[first], "compiled": compiled_trace[first]},
+print(json.dumps({**compared(own_trace, compiled_trace),
                   "answered_by_the_copy": sum(answered),
                   "python_key_in_stats": {"rllib": own_key_ins, "compiled": compiled_key_ins},
                   "lock_is_dummy": type(MetricsLogger()._threading_lock)

@@ -30,6 +30,7 @@ import otel_rl
 
 otel_rl.configure(output_dir=sys.argv[1])
 
+from difftools import Calls, compared  # noqa: E402
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger  # noqa: E402
 from ray.rllib.utils.metrics.stats import base  # noqa: E402
 from ray.rllib.utils.metrics.stats.ema import EmaStats  # noqa: E402
@@ -133,13 +134,6 @@ def program(enter: Any, exit_: Any) -> tuple[list[Any], int]:
     which = [id(s) for s in stats]  # stats objects compare by value (`StatsBase.__eq__`)
     threads = {threading.get_ident(): "main"}
     trace: list[Any] = []
-    pushes = 0
-    push_code = EmaStats.push.__code__
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal pushes
-        if event == "call" and frame.f_code is push_code:
-            pushes += 1
 
     def call(op: str, s: Any) -> Any:
         if op == "enter":
@@ -150,8 +144,7 @@ def program(enter: Any, exit_: Any) -> tuple[list[Any], int]:
             return exit_(s, ValueError, ValueError("in the block"), None)
         return exit_(s, None, None, None)
 
-    sys.setprofile(count)
-    try:
+    with Calls(EmaStats.push) as pushes:
         for _ in range(CALLS):
             s = rng.choice(stats)
             op = rng.choices(("enter", "exit", "exit_kw", "exit_raising", "none_start", "thread"),
@@ -169,16 +162,10 @@ def program(enter: Any, exit_: Any) -> tuple[list[Any], int]:
             except Exception as exc:
                 result = f"raises {type(exc).__name__}: {exc}"
             trace.append([op, which.index(id(s)), result, state(stats, threads)])
-    finally:
-        sys.setprofile(None)
-    return trace, pushes
+    return trace, pushes.n
 
 
 own_trace, own_pushes = program(OWN_ENTER, OWN_EXIT)
 fused_trace, fused_pushes = program(*FUSED)
-first = next((i for i, (a, b) in enumerate(zip(own_trace, fused_trace, strict=True))
-              if a != b), None)
-print(json.dumps({"calls": len(own_trace), "same": own_trace == fused_trace,
-                  "first_difference": None if first is None else
-                  {"rllib": own_trace[first], "compiled": fused_trace[first]},
+print(json.dumps({**compared(own_trace, fused_trace),
                   "python_pushes": {"rllib": own_pushes, "compiled": fused_pushes}}))
