@@ -1,7 +1,10 @@
-"""Run every benchmark, print their markdown tables, write ``benchmarks/results/latest.json``.
+"""Run every benchmark, print their markdown tables, write ``benchmarks/results/latest.json``
+and the tables alone to ``benchmarks/results/latest.md``.
 
-    python benchmarks/run_all.py            # full run: about 2 minutes on 2 cores
-    python benchmarks/run_all.py --quick    # fewer rounds and iterations: under a minute
+    python benchmarks/run_all.py                # full run: about 2 minutes on 2 cores
+    python benchmarks/run_all.py --quick        # fewer rounds and iterations: under a minute
+    python benchmarks/run_all.py --frameworks   # and the real Sample Factory, ML-Agents and
+                                                # RLlib runs, 7 interleaved rounds each (~25 min)
 
 Each benchmark runs in its own interpreter (a fresh process, nothing shared between them).
 The exit status is 1 if any benchmark failed or one of its checks did (spans missing or
@@ -24,6 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics",
               "bench_relay", "bench_timing_switch", "bench_timing", "bench_windows",
               "bench_launcher")
+#: The real runs (issue 19, item 4): their venvs are built on first use; sizes of a full run.
+FRAMEWORKS = (("bench_sample_factory", ("--rounds", "7", "--steps", "60000")),
+              ("bench_mlagents", ("--rounds", "7", "--steps", "20000")),
+              ("bench_rllib", ("--rounds", "7", "--iterations", "50")))
 
 
 def _git_commit() -> str | None:
@@ -55,6 +62,34 @@ def run_one(name: str, extra_args: Sequence[str]) -> tuple[int, dict[str, Any] |
     return status, results, "".join(lines)
 
 
+def markdown(combined: dict[str, Any]) -> str:
+    """The run's tables alone, each under its benchmark's name, the arguments and the load
+    average before and after it: what the READMEs' tables are copied from."""
+    lines = [f"# benchmarks/run_all.py, {combined['size']} run",
+             "",
+             f"Started {combined['started']}, commit {combined['git_commit'] or 'unknown'}, "
+             f"{combined['seconds']} s, Python {sys.version.split()[0]}, "
+             f"{os.cpu_count()} CPUs." + (f" FAILED: {', '.join(combined['failed'])}."
+                                         if combined["failed"] else ""),
+             ""]
+    for name, bench in combined["benchmarks"].items():
+        before, after = bench["load_average"]
+        lines += [f"## {name} {' '.join(bench['arguments'])}".rstrip(), "",
+                  f"Exit status {bench['exit_status']}; load average {before:.2f} before, "
+                  f"{after:.2f} after.", ""]
+        last = -2
+        for i, line in enumerate(bench["output"].splitlines()):
+            if not line.startswith(("|", "#")):
+                continue
+            if lines[-1] and (line.startswith("#") or i != last + 1
+                              or lines[-1].startswith("#")):
+                lines.append("")  # a blank line around each heading and between tables
+            lines.append("#" + line if line.startswith("#") else line)
+            last = i
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and iterations")
@@ -62,18 +97,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="tiny sizes: checks that the benchmarks run, measures nothing")
     parser.add_argument("--output", default=os.path.join(HERE, "results", "latest.json"),
                         help="where to write the results (default: benchmarks/results/latest.json)")
+    parser.add_argument("--frameworks", action="store_true",
+                        help="also the real Sample Factory, ML-Agents and RLlib runs")
     args = parser.parse_args(argv)
+    if args.smoke and args.frameworks:
+        parser.error("--frameworks has no --smoke size (its --quick runs take minutes)")
     extra = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+    plan = [(name, extra) for name in BENCHMARKS]
+    if args.frameworks:
+        plan += [(name, ["--quick"] if args.quick else list(sizes)) for name, sizes in FRAMEWORKS]
     started = time.time()
     combined: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "size": "smoke" if args.smoke else "quick" if args.quick else "full", "git_commit": _git_commit(), "benchmarks": {}}
+        "size": "smoke" if args.smoke else "quick" if args.quick else "full",
+        "git_commit": _git_commit(), "frameworks": args.frameworks, "benchmarks": {}}
     failed = []
-    for name in BENCHMARKS:
+    for name, arguments in plan:
         print(f"\n## {name}\n", flush=True)
-        status, results, output = run_one(name, extra)
-        combined["benchmarks"][name] = {"exit_status": status, "results": results,
-                                        "output": output}
+        load_before = os.getloadavg()[0]
+        status, results, output = run_one(name, arguments)
+        combined["benchmarks"][name] = {"exit_status": status, "arguments": arguments,
+                                        "load_average": [load_before, os.getloadavg()[0]],
+                                        "results": results, "output": output}
         if status != 0:
             failed.append(f"{name} (exit status {status})")
     combined["seconds"] = round(time.time() - started, 1)
@@ -81,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(combined, f, indent=2)
-    print(f"\nwrote {args.output} ({combined['seconds']} s)")
+    tables = os.path.splitext(args.output)[0] + ".md"
+    with open(tables, "w", encoding="utf-8") as f:
+        f.write(markdown(combined))
+    print(f"\nwrote {args.output} and {tables} ({combined['seconds']} s)")
     if failed:
         print("FAILED: " + ", ".join(failed))
         return 1

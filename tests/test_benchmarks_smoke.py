@@ -38,8 +38,9 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                            "--output", str(output)],
                           capture_output=True, text=True, timeout=240, check=False)
     results = json.loads(output.read_text()) if output.exists() else None
+    tables = output.with_suffix(".md")
     return {"status": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
-            "results": results}
+            "results": results, "tables": tables.read_text() if tables.exists() else None}
 
 
 def test_run_all_exits_zero_and_writes_results(smoke_run: dict[str, Any]) -> None:
@@ -49,6 +50,31 @@ def test_run_all_exits_zero_and_writes_results(smoke_run: dict[str, Any]) -> Non
     for name in ("bench_core", "bench_workers"):
         assert results["benchmarks"][name]["exit_status"] == 0
         assert results["benchmarks"][name]["results"]["summary"]
+        assert results["benchmarks"][name]["arguments"] == ["--smoke"]
+
+
+def test_run_all_writes_the_tables_alone_beside_its_results(smoke_run: dict[str, Any]) -> None:
+    tables = smoke_run["tables"]
+    assert tables is not None and tables.startswith("# benchmarks/run_all.py, smoke run\n")
+    assert f"commit {smoke_run['results']['git_commit']}" in tables
+    lines = tables.splitlines()
+    for name in ("bench_core", "bench_workers", "bench_launcher"):
+        assert f"## {name} --smoke" in lines
+    # Every table of the output, no progress lines; each table starts after a blank line.
+    assert "| anchor 1: ML-Agents `hierarchical_timer`" in tables
+    assert not any(line.startswith("round ") for line in lines)
+    for i, line in enumerate(lines):
+        if line.startswith("|") and not lines[i - 1].startswith("|"):
+            assert lines[i - 1] == "", lines[i - 1]
+
+
+def test_run_all_refuses_a_smoke_size_for_the_framework_runs() -> None:
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke",
+                           "--frameworks"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        "run_all.py: error: --frameworks has no --smoke size (its --quick runs take minutes)")
 
 
 def test_benchmarks_print_their_markdown_tables(smoke_run: dict[str, Any]) -> None:
