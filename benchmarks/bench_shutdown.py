@@ -7,11 +7,13 @@ ledger its timers.json records. Behaviours: healthy; dead (nothing listens); nev
 answers after 60 s; trickles its answer a byte every 2 s; answers once, then stalls on the
 kept-alive connection; HTTP 503 with ``Retry-After: 8``.
 
-Run ``python benchmarks/bench_shutdown.py`` from the repository root; prints a Markdown table.
+Run ``python benchmarks/bench_shutdown.py [--json FILE]`` from the repository root; prints a
+Markdown table.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -34,6 +36,10 @@ CASES: list[tuple[str, dict[str, object] | None]] = [
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", metavar="FILE", help="also write the rows to this file")
+    args = parser.parse_args()
+    rows = []
     print("| collector | shutdown() (deadline 2 s) | run total | collector got | lost (reason) |")
     print("|---|---|---|---|---|")
     for name, spec in CASES:
@@ -52,7 +58,11 @@ def main() -> int:
             book = json.loads(meta.get("otel_rl_ledger", "null") or "null")
             lost = book["sinks"]["otlp"]["lost"] if book else {}
             took = shutdown_time(proc.stderr).removeprefix("shutdown took ")
-            print(f"| {name} | {took} | {elapsed:.1f} s | {got} | {lost or 0} |")
+            print(f"| {name} | {took} | {elapsed:.1f} s | {got} | {lost or 0} |", flush=True)
+            rows.append({"collector": name, "shutdown": took, "run_s": round(elapsed, 2),
+                         "collector_got": got, "lost": lost or {}})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
     return 0
 
 

@@ -3,8 +3,8 @@ and the tables alone to ``benchmarks/results/latest.md``.
 
     python benchmarks/run_all.py                # full run: about 2 minutes on 2 cores
     python benchmarks/run_all.py --quick        # fewer rounds and iterations: under a minute
-    python benchmarks/run_all.py --frameworks   # and the real Sample Factory, ML-Agents and
-                                                # RLlib runs, 7 interleaved rounds each (~25 min)
+    python benchmarks/run_all.py --all          # and fork(), shutdown, Ray, the real Sample
+                                                # Factory, ML-Agents and RLlib runs (~35 min)
 
 Each benchmark runs in its own interpreter (a fresh process, nothing shared between them).
 The exit status is 1 if any benchmark failed or one of its checks did (spans missing or
@@ -27,10 +27,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics",
               "bench_relay", "bench_timing_switch", "bench_timing", "bench_windows",
               "bench_launcher")
-#: The real runs (issue 19, item 4): their venvs are built on first use; sizes of a full run.
-FRAMEWORKS = (("bench_sample_factory", ("--rounds", "7", "--steps", "60000")),
-              ("bench_mlagents", ("--rounds", "7", "--steps", "20000")),
-              ("bench_rllib", ("--rounds", "7", "--iterations", "50")))
+#: With --all: the real runs (issue 19, item 4; their venvs are built on first use), Ray,
+#: fork() and shutdown against faulty collectors. (name, full size, --quick size, venv: the
+#: bench runs with that framework venv's Python and this checkout first on its path).
+MORE = (("bench_fork", ("--forks", "200"), ("--forks", "50"), None),
+        ("bench_shutdown", (), (), None),
+        ("bench_ray", ("--rounds", "15"), ("--quick",), "ray"),
+        ("bench_sample_factory", ("--rounds", "7", "--steps", "60000"), ("--quick",), None),
+        ("bench_mlagents", ("--rounds", "7", "--steps", "20000"), ("--quick",), None),
+        ("bench_rllib", ("--rounds", "7", "--iterations", "50"), ("--quick",), None))
+REPO = os.path.dirname(HERE)
 
 
 def _git_commit() -> str | None:
@@ -42,12 +48,25 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def run_one(name: str, extra_args: Sequence[str]) -> tuple[int, dict[str, Any] | None, str]:
+def venv_python(venv: str) -> str:
+    """The Python of a framework venv (`scripts/setup-frameworks.sh` builds it if missing)."""
+    out = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup-frameworks.sh"), venv],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()[-1]
+
+
+def run_one(name: str, extra_args: Sequence[str], venv: str | None = None
+            ) -> tuple[int, dict[str, Any] | None, str]:
     """Run one benchmark script, streaming its output; returns (exit status, results, output)."""
+    env = dict(os.environ)
+    python = sys.executable
+    if venv is not None:
+        python = venv_python(venv)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-") as tmp:
         path = os.path.join(tmp, f"{name}.json")
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, f"{name}.py"),
-                                 "--json", path, *extra_args],
+        proc = subprocess.Popen([python, os.path.join(HERE, f"{name}.py"),
+                                 "--json", path, *extra_args], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         lines = []
@@ -97,25 +116,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="tiny sizes: checks that the benchmarks run, measures nothing")
     parser.add_argument("--output", default=os.path.join(HERE, "results", "latest.json"),
                         help="where to write the results (default: benchmarks/results/latest.json)")
-    parser.add_argument("--frameworks", action="store_true",
-                        help="also the real Sample Factory, ML-Agents and RLlib runs")
+    parser.add_argument("--all", action="store_true",
+                        help="also fork(), shutdown, Ray and the real Sample Factory, ML-Agents "
+                             "and RLlib runs (~35 minutes)")
     args = parser.parse_args(argv)
-    if args.smoke and args.frameworks:
-        parser.error("--frameworks has no --smoke size (its --quick runs take minutes)")
+    if args.smoke and args.all:
+        parser.error("--all has no --smoke size (its --quick runs take minutes)")
     extra = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
-    plan = [(name, extra) for name in BENCHMARKS]
-    if args.frameworks:
-        plan += [(name, ["--quick"] if args.quick else list(sizes)) for name, sizes in FRAMEWORKS]
+    plan: list[tuple[str, list[str], str | None]] = [(name, extra, None) for name in BENCHMARKS]
+    if args.all:
+        plan += [(name, list(quick if args.quick else full), venv)
+                 for name, full, quick, venv in MORE]
     started = time.time()
     combined: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "size": "smoke" if args.smoke else "quick" if args.quick else "full",
-        "git_commit": _git_commit(), "frameworks": args.frameworks, "benchmarks": {}}
+        "git_commit": _git_commit(), "all": args.all, "benchmarks": {}}
     failed = []
-    for name, arguments in plan:
+    for name, arguments, venv in plan:
         print(f"\n## {name}\n", flush=True)
         load_before = os.getloadavg()[0]
-        status, results, output = run_one(name, arguments)
+        status, results, output = run_one(name, arguments, venv)
         combined["benchmarks"][name] = {"exit_status": status, "arguments": arguments,
                                         "load_average": [load_before, os.getloadavg()[0]],
                                         "results": results, "output": output}

@@ -69,12 +69,11 @@ def test_run_all_writes_the_tables_alone_beside_its_results(smoke_run: dict[str,
 
 
 def test_run_all_refuses_a_smoke_size_for_the_framework_runs() -> None:
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke",
-                           "--frameworks"], capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke", "--all"],
+                          capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == (
-        "run_all.py: error: --frameworks has no --smoke size (its --quick runs take minutes)")
+        "run_all.py: error: --all has no --smoke size (its --quick runs take minutes)")
 
 
 def test_benchmarks_print_their_markdown_tables(smoke_run: dict[str, Any]) -> None:
