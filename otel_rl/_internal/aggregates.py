@@ -14,7 +14,6 @@ exports on its own: its snapshot, placed like a relayed worker's).
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Mapping
@@ -25,6 +24,11 @@ from otel_rl._internal.node import Gauge, json_default
 from otel_rl._internal.shapes import GaugeDict
 from otel_rl._internal.wholerun import Contribution, Snapshot
 
+try:  # what hashlib.blake2b is, without hashlib's OpenSSL start-up (~3 ms in every process)
+    from _blake2 import blake2b
+except ImportError:  # a Python built without its own blake2
+    from hashlib import blake2b
+
 if TYPE_CHECKING:
     from otel_rl._internal.tree import Tree
 
@@ -34,7 +38,7 @@ NAME = "otel_rl aggregate"
 
 def derive_trace_id(run_id: str, label: str) -> int:
     """The trace id every process of run `run_id` uses for `label` ("run", "w<k>")."""
-    digest = hashlib.blake2b(f"{run_id}\x00{label}".encode(), digest_size=16).digest()
+    digest = blake2b(f"{run_id}\x00{label}".encode(), digest_size=16).digest()
     return int.from_bytes(digest, "big") or 1
 
 
@@ -45,7 +49,7 @@ def run_trace_id(run_id: str) -> int:
 def run_span_id(run_id: str) -> int:
     """The run span's id, derived like the trace ids: a process that shares nothing with the
     main process but the run id (another torchrun node) can hang its spans under it."""
-    digest = hashlib.blake2b(f"{run_id}\x00run span".encode(), digest_size=8).digest()
+    digest = blake2b(f"{run_id}\x00run span".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") or 1
 
 

@@ -43,10 +43,7 @@ is counted and reported once, and RLlib's call runs as without otel_rl.
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
 import sys
-import textwrap
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -277,6 +274,12 @@ _compiled_own: dict[type, tuple[Any, Any]] = {}
 
 
 def _source_digest(function: Any) -> str:
+    # Imported here: every process of a run imports this module at start-up, and these three
+    # cost ~8 ms there (issue 19); only a process that meets RLlib reads sources.
+    import hashlib
+    import inspect
+    import textwrap
+
     text = textwrap.dedent(inspect.getsource(function))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
