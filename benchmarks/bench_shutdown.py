@@ -40,8 +40,9 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the rows to this file")
     args = parser.parse_args()
     rows = []
-    print("| collector | shutdown() (deadline 2 s) | run total | collector got | lost (reason) |")
-    print("|---|---|---|---|---|")
+    print("| collector | shutdown() (deadline 2 s) | run total | collector got | lost (reason) "
+          "| sent, no answer (unconfirmed) |")
+    print("|---|---|---|---|---|---|")
     for name, spec in CASES:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "run"
@@ -56,11 +57,13 @@ def main() -> int:
                     got = c.accepted
             meta = json.loads((out / "timers.json").read_text())["metadata"]
             book = json.loads(meta.get("otel_rl_ledger", "null") or "null")
-            lost = book["sinks"]["otlp"]["lost"] if book else {}
+            sink = book["sinks"]["otlp"] if book else {}
+            lost, unconfirmed = sink.get("lost", {}), sink.get("unconfirmed", 0)
             took = shutdown_time(proc.stderr).removeprefix("shutdown took ")
-            print(f"| {name} | {took} | {elapsed:.1f} s | {got} | {lost or 0} |", flush=True)
+            print(f"| {name} | {took} | {elapsed:.1f} s | {got} | {lost or 0} | {unconfirmed} |",
+                  flush=True)
             rows.append({"collector": name, "shutdown": took, "run_s": round(elapsed, 2),
-                         "collector_got": got, "lost": lost or {}})
+                         "collector_got": got, "lost": lost or {}, "unconfirmed": unconfirmed})
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
     return 0
