@@ -41,11 +41,17 @@ VARIANTS = {"otel_rl": {}, "spans_off": {"OTEL_RL_SPANS": "off"},
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
-def venv_python(target: str = "sf") -> str:
-    """The Python of the framework venv `target`, with this checkout's otel_rl installed."""
+def framework_python(target: str) -> str:
+    """The Python of the framework venv `target` (`scripts/setup-frameworks.sh` builds it if
+    missing), as it is: nothing installed into it."""
     out = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup-frameworks.sh"), target],
                          capture_output=True, text=True, check=True)
-    python = out.stdout.split()[-1]
+    return out.stdout.split()[-1]
+
+
+def venv_python(target: str = "sf") -> str:
+    """The Python of the framework venv `target`, with this checkout's otel_rl installed."""
+    python = framework_python(target)
     # The tests in tests/frameworks/ take the same lock: nobody reinstalls otel_rl meanwhile.
     lock = open(os.path.join(os.path.dirname(os.path.dirname(python)), ".otel-rl-tests.lock"),
                 "w")

@@ -63,7 +63,7 @@ def main() -> int:
             print(f"| {name} | {took} | {elapsed:.1f} s | {got} | {lost or 0} | {unconfirmed} |",
                   flush=True)
             rows.append({"collector": name, "shutdown": took, "run_s": round(elapsed, 2),
-                         "collector_got": got, "lost": lost or {}, "unconfirmed": unconfirmed})
+                         "collector_got": got, "lost": lost, "unconfirmed": unconfirmed})
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
     return 0

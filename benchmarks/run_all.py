@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench_sample_factory import framework_python
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics",
               "bench_relay", "bench_timing_switch", "bench_timing", "bench_windows",
@@ -48,20 +50,15 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def venv_python(venv: str) -> str:
-    """The Python of a framework venv (`scripts/setup-frameworks.sh` builds it if missing)."""
-    out = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup-frameworks.sh"), venv],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.split()[-1]
-
-
 def run_one(name: str, extra_args: Sequence[str], venv: str | None = None
             ) -> tuple[int, dict[str, Any] | None, str]:
     """Run one benchmark script, streaming its output; returns (exit status, results, output)."""
     env = dict(os.environ)
     python = sys.executable
     if venv is not None:
-        python = venv_python(venv)
+        # Not `venv_python`: that installs the checkout and holds the framework tests' lock
+        # for this process's life, and bench_rllib.py takes the same lock in its own process.
+        python = framework_python(venv)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-") as tmp:
         path = os.path.join(tmp, f"{name}.json")
@@ -100,8 +97,9 @@ def markdown(combined: dict[str, Any]) -> str:
         for i, line in enumerate(bench["output"].splitlines()):
             if not line.startswith(("|", "#")):
                 continue
-            if lines[-1] and (line.startswith("#") or i != last + 1
-                              or lines[-1].startswith("#")):
+            continues_table = (line.startswith("|") and i == last + 1
+                               and lines[-1].startswith("|"))
+            if lines[-1] and not continues_table:
                 lines.append("")  # a blank line around each heading and between tables
             lines.append("#" + line if line.startswith("#") else line)
             last = i
