@@ -4,7 +4,7 @@ and the tables alone to ``benchmarks/results/latest.md``.
     python benchmarks/run_all.py                # full run: about 2 minutes on 2 cores
     python benchmarks/run_all.py --quick        # fewer rounds and iterations: under a minute
     python benchmarks/run_all.py --all          # and fork(), shutdown, Ray, the real Sample
-                                                # Factory, ML-Agents and RLlib runs (~35 min)
+                                                # Factory, ML-Agents and RLlib runs (~50 min)
 
 Each benchmark runs in its own interpreter (a fresh process, nothing shared between them).
 The exit status is 1 if any benchmark failed or one of its checks did (spans missing or
@@ -31,13 +31,15 @@ BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "benc
               "bench_launcher")
 #: With --all: the real runs (issue 19, item 4; their venvs are built on first use), Ray,
 #: fork() and shutdown against faulty collectors. (name, full size, --quick size, venv: the
-#: bench runs with that framework venv's Python and this checkout first on its path).
+#: bench runs with that framework venv's Python and this checkout first on its path). The
+#: real runs take 11 rounds: single rounds move by up to ±27 % on a shared 2-core machine, in
+#: both variants, and two runs of 7 rounds of the same code gave medians up to 9 % apart.
 MORE = (("bench_fork", ("--forks", "200"), ("--forks", "50"), None),
         ("bench_shutdown", (), (), None),
         ("bench_ray", ("--rounds", "15"), ("--quick",), "ray"),
-        ("bench_sample_factory", ("--rounds", "7", "--steps", "60000"), ("--quick",), None),
-        ("bench_mlagents", ("--rounds", "7", "--steps", "20000"), ("--quick",), None),
-        ("bench_rllib", ("--rounds", "7", "--iterations", "50"), ("--quick",), None))
+        ("bench_sample_factory", ("--rounds", "11", "--steps", "60000"), ("--quick",), None),
+        ("bench_mlagents", ("--rounds", "11", "--steps", "20000"), ("--quick",), None),
+        ("bench_rllib", ("--rounds", "11", "--iterations", "50"), ("--quick",), None))
 REPO = os.path.dirname(HERE)
 
 
