@@ -24,7 +24,6 @@ from typing import Any
 from otel_rl._internal import procstate, recorder, runtime, semconv
 from otel_rl._internal.record import make
 from otel_rl._internal.recorder import Base, TimerStack
-from otel_rl._internal.recorder import _local as _thread_local  # (see `switch_to`)
 from otel_rl._internal.shapes import AttributeValue
 
 __all__ = ["Component", "close_all", "role_of", "stack_for", "switch_to"]
@@ -129,13 +128,12 @@ def switch_to(name: str, unchanged: Any) -> Any:
     (`stack_for` checks the pid; in a forked child the fork hooks every started runtime
     registers replace the runtime and reset `_owner`), so no ``os.getpid()`` system call is
     made here (`runtime.active`: 0.34 µs of a 4.1 µs top-level Timing block, 0.17 s of a
-    real Sample Factory run). That common case reads the runtime and the thread's stack
-    where `runtime.current` and `recorder.active_stack`/`set_active_stack` keep them, without
-    their three calls (~0.4 µs of each top-level block; a 60,000-step Sample Factory run has
-    ~220,000)."""
-    rt = runtime._rt
+    real Sample Factory run). That common case reads and sets the thread's stack on
+    `recorder.thread_state` itself, without `active_stack`/`set_active_stack`'s two calls
+    (~0.3 µs of each top-level block; a 60,000-step Sample Factory run has ~220,000)."""
+    rt = runtime.current()
     if rt is _owner and rt is not None and not rt.closed:
-        local = _thread_local
+        local = recorder.thread_state
         st = getattr(local, "stack", None)
         if st is not None and st.component is None:
             comp = _stacks.get((st.tid, name))

@@ -430,6 +430,10 @@ def node_dict(node: TimerNode, gpu: bool = False) -> NodeDict:
 # (get_timer_stack_for_thread reads it) and a thread-local gives the hot path a faster lookup.
 _thread_timer_stacks: dict[int, TimerStack] = {}
 _local = threading.local()
+#: The same thread-local, for a hot path elsewhere that reads or sets the thread's active
+#: stack (``.stack``) without a call (`components.switch_to`); anything else goes through
+#: `active_stack`/`set_active_stack`.
+thread_state = _local
 _all_stacks: list[TimerStack] = []
 _registry_lock = threading.Lock()
 
