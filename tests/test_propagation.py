@@ -96,6 +96,9 @@ def test_processes_join_the_trace(method: str, tmp_path: Path) -> None:
         for p in procs:
             p.join()
     otel_rl.shutdown()
+    # Each worker ran to its end and relayed everything (none wrote a file of its own).
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert not list(tmp_path.glob("spans.*.otlp.jsonl")) and not list(tmp_path.glob("timers.*.json"))
     tree, spans = results(tmp_path)
     by_id = check_trace(tree, spans, processes=4)
     step = node(tree, "start_workers", "env_step")
@@ -237,6 +240,50 @@ def test_child_without_reachable_parent_exports_on_its_own(tmp_path: Path) -> No
     assert block.parent_span_id == f"{remap(int(parent_span, 16), 0):016x}"
     aggregate = next(s for s in orphan if s.attributes.get(semconv.KIND) == "aggregate")
     assert aggregate.trace_id == parent_trace
+
+
+CANNOT_JOIN = textwrap.dedent("""
+    import multiprocessing as mp, os, sys
+    import otel_rl
+    from otel_rl._internal import runtime
+    from otel_rl.timers import hierarchical_timer
+    from tests import mp_workloads as w
+
+    otel_rl.configure(output_dir=sys.argv[1], spans="all")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no room for a worker")
+
+    runtime.start = refuse  # forked children inherit it: joining the run fails there
+    with hierarchical_timer("launch"):
+        p = mp.get_context("fork").Process(target=w.worker, args=(2,))
+        p.start()
+        p.join()
+        pid = os.fork()  # a bare fork joins through the fork hook
+        if pid == 0:
+            with hierarchical_timer("in_child"):
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
+    otel_rl.shutdown()
+    print(p.exitcode)
+""")
+
+
+def test_a_worker_that_cannot_join_the_run_runs_and_says_so(tmp_path: Path) -> None:
+    # Joining the run fails in the child (any exception): the child still runs its target,
+    # and says on stderr that its blocks are not recorded; the parent's run is whole.
+    out = subprocess.run([sys.executable, "-c", CANNOT_JOIN, str(tmp_path)], capture_output=True,
+                         text=True, cwd=Path(__file__).parent.parent, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0"]
+    lines = [line for line in out.stderr.splitlines() if "could not join the run" in line]
+    assert len(lines) == 2 and all("no room for a worker" in line for line in lines), out.stderr
+    assert {"worker process", "forked process"} == {line.split("this ")[1].split(" could")[0]
+                                                    for line in lines}
+    tree = json.loads((tmp_path / "timers.json").read_text())
+    assert set(node(tree, "launch").get("children", {})) == set()
+    assert node(tree, "launch")["count"] == 1
 
 
 def test_threads_and_thread_pools_are_parented_to_the_starting_block(tmp_path: Path) -> None:

@@ -186,8 +186,9 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
         return _original["bootstrap"](self, *args, **kwargs)
     try:
         runtime.start_worker(carrier)
-    except Exception:
-        pass
+    except Exception as exc:  # the worker runs all the same, unrecorded: say so
+        log.warning("otel_rl: this worker process could not join the run; its blocks are "
+                    "not recorded: %r", exc)
     try:
         return _original["bootstrap"](self, *args, **kwargs)
     finally:

@@ -917,8 +917,9 @@ def _reset_in_child() -> None:
         return
     try:
         start_worker(handed_down)
-    except Exception:
-        pass
+    except Exception as exc:  # the child runs all the same, unrecorded: say so
+        log.warning("otel_rl: this forked process could not join the run; its blocks are "
+                    "not recorded: %r", exc)
 
 
 def _close_inherited(rt: Runtime) -> None:
