@@ -184,11 +184,7 @@ def _patched_bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **
     carrier = self.__dict__.get("_otel_rl_carrier")
     if carrier is None:
         return _original["bootstrap"](self, *args, **kwargs)
-    try:
-        runtime.start_worker(carrier)
-    except Exception as exc:  # the worker runs all the same, unrecorded: say so
-        log.warning("otel_rl: this worker process could not join the run; its blocks are "
-                    "not recorded: %r", exc)
+    runtime.join_or_say(carrier, "worker process")
     try:
         return _original["bootstrap"](self, *args, **kwargs)
     finally:

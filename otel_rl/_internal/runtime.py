@@ -793,6 +793,16 @@ def start_worker(handed_down: Mapping[str, str]) -> None:
     _watch_sigterm()
 
 
+def join_or_say(handed_down: Mapping[str, str], what: str) -> None:
+    """`start_worker` in a child that must run whatever happens: if joining fails, the child
+    runs unrecorded and says so in one line (`what` it is: "forked process", ...)."""
+    try:
+        start_worker(handed_down)
+    except Exception as exc:
+        log.warning("otel_rl: this %s could not join the run; its blocks are not recorded: %r",
+                    what, exc)
+
+
 @contextmanager
 def no_context_for_programs() -> Iterator[None]:
     """Programs this thread starts in the ``with`` body get no context (an engine's own
@@ -915,11 +925,7 @@ def _reset_in_child() -> None:
     handed_down = getattr(_fork, "carrier", None)
     if getattr(_fork, "starting_process", False) or not handed_down:
         return
-    try:
-        start_worker(handed_down)
-    except Exception as exc:  # the child runs all the same, unrecorded: say so
-        log.warning("otel_rl: this forked process could not join the run; its blocks are "
-                    "not recorded: %r", exc)
+    join_or_say(handed_down, "forked process")
 
 
 def _close_inherited(rt: Runtime) -> None:
