@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import random
+from typing import Any
 
 import pytest
 from mlagents_envs import timers as ml
 
+from otel_rl._internal import recorder
 from otel_rl._internal.errors import UserError
 from otel_rl._internal.tree import Gauge, Tree, TreeNode, WorkerInfo
 
@@ -302,3 +305,79 @@ def test_merge_children_on_live_timer_nodes_is_the_plain_sum() -> None:
     assert (placed.total, placed.count, placed.gpu_total, placed.gpu_count) == (0.5, 1, 0.25, 1)
     assert (placed.merged_total, placed.merged_count) == (0.0, 0)
     assert into.own_copy() is not None and into.own_copy().children["forward"].count == 1
+
+
+def _live_tree(rng: random.Random) -> recorder.TimerNode:
+    """A live stack's root as ML-Agents programs leave it: blocks run or only entered (count
+    0), subtrees merged in from other stacks (merged totals and counts), GPU time."""
+    root = recorder.TimerNode("root")
+    nodes = [root]
+    for _ in range(rng.randrange(1, 25)):
+        parent = rng.choice(nodes)
+        node = parent.get_child(rng.choice("abcde"))
+        if node not in nodes:
+            nodes.append(node)
+        if rng.random() < 0.7:
+            node.add_time(rng.random())
+        if rng.random() < 0.2:
+            node.gpu_total += rng.random()
+            node.gpu_count += 1
+        if rng.random() < 0.25:
+            other = _live_tree(rng) if rng.random() < 0.3 else recorder.TimerNode("root")
+            other.get_child(rng.choice("abx")).add_time(rng.random())
+            node.merge(other, root_name=rng.choice([None, "worker_root"]),
+                       is_parallel=rng.random() < 0.5)
+    return root
+
+
+def _shape(node: TreeNode) -> list[Any]:
+    return [node.name, node.total, node.count, node.gpu_total, node.gpu_count, node.is_parallel,
+            [_shape(child) for child in node.children.values()]]
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_retiring_in_place_is_merging_the_own_copy(seed: int) -> None:
+    # `reset_timers` adds a stack's own blocks to what it retired without copying them first:
+    # the same tree, node order and floats as merging `own_copy()`, on trees with merged-in
+    # subtrees, blocks entered but never run, GPU time, and a retired tree that already holds
+    # some of the same blocks.
+    rng = random.Random(seed)
+    live = _live_tree(rng)
+    expected, actual = _live_tree(random.Random(seed + 1000)), _live_tree(random.Random(seed + 1000))
+    own = live.own_copy()
+    if own is not None:
+        expected.merge_children(own)
+    live.add_own_to(actual)
+    assert _shape(actual) == _shape(expected)
+    assert [(n.merged_total, n.merged_count) for _, n in actual.walk()] == [
+        (n.merged_total, n.merged_count) for _, n in expected.walk()]
+
+
+def test_a_live_node_pickles_whole_and_older_pickles_still_load() -> None:
+    # ML-Agents' env workers pickle their stack's root to the parent every step; the parent
+    # merges it and places the worker's blocks by its `origin`.
+    import copyreg
+    import pickle
+
+    root = _live_tree(random.Random(7))
+    root.origin = (4242, 17)
+    back = pickle.loads(pickle.dumps(root))
+    assert type(back) is recorder.TimerNode and back.origin == (4242, 17)
+    assert _shape(back) == _shape(root)
+    assert [(n.merged_total, n.merged_count) for _, n in back.walk()] == [
+        (n.merged_total, n.merged_count) for _, n in root.walk()]
+
+    class OldPickler(pickle.Pickler):  # the default form of a slotted object, as before
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj) is not recorder.TimerNode:
+                return NotImplemented
+            slots = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "name",
+                     "total", "merged_count", "merged_total", "origin")
+            return copyreg.__newobj__, (type(obj),), (None, {k: getattr(obj, k) for k in slots})
+
+    import io
+
+    buffer = io.BytesIO()
+    OldPickler(buffer, protocol=4).dump(root)
+    old = pickle.loads(buffer.getvalue())
+    assert _shape(old) == _shape(root) and old.origin == (4242, 17)
