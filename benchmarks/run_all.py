@@ -28,7 +28,7 @@ from bench_sample_factory import framework_python
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "bench_metrics",
               "bench_relay", "bench_timing_switch", "bench_timing", "bench_windows",
-              "bench_launcher")
+              "bench_launcher", "bench_step_exchange")
 #: With --all: the real runs (issue 19, item 4; their venvs are built on first use), Ray,
 #: fork() and shutdown against faulty collectors. (name, full size, --quick size, venv: the
 #: bench runs with that framework venv's Python and this checkout first on its path). The

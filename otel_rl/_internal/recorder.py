@@ -148,31 +148,47 @@ class TimerNode(TreeNode):
     def add_own_to(self, target: TreeNode) -> None:
         """Add this tree's own blocks under `target`, as ``target.merge_children(
         self.own_copy())`` would, float for float and in the same order, without making the
-        copy (`reset_timers` retires a stack's tree this way, once per ML-Agents env step).
-        A node is placed when it has runs of its own, with the ancestors it hangs from."""
-        root: list[Any] = [self, None, target]  # [node, its parent's entry, its placed node]
-        todo: list[list[Any]] = [[child, root, None] for child in reversed(self.children.values())]
+        copy (`reset_timers` retires a stack's tree this way, once per ML-Agents env step)."""
+        todo = [(child, target) for child in reversed(self.children.values())]
         while todo:  # depth first, children in order: nodes are placed as own_copy orders them
-            entry = todo.pop()
-            node: TimerNode = entry[0]
+            node, into = todo.pop()
             if node.count - node.merged_count > 0:
-                chain: list[list[Any]] = []
-                while entry[2] is None:  # this node and its ancestors not placed yet
-                    chain.append(entry)
-                    entry = entry[1]
-                into: TreeNode = entry[2]
-                for item in reversed(chain):
-                    mine: TimerNode = item[0]
-                    into = into.child(mine.name)
-                    into.total += max(0.0, mine.total - mine.merged_total)
-                    into.count += max(0, mine.count - mine.merged_count)
-                    into.gpu_total += mine.gpu_total
-                    into.gpu_count += mine.gpu_count
-                    item[2] = into
-                entry = chain[0]
-            if node.children:
-                todo.extend([child, entry, None] for child in reversed(node.children.values()))
+                placed = into.child(node.name)
+                placed.total += max(0.0, node.total - node.merged_total)
+                placed.count += node.count - node.merged_count
+                placed.gpu_total += node.gpu_total
+                placed.gpu_count += node.gpu_count
+                if node.children:
+                    todo.extend([(child, placed) for child in reversed(node.children.values())])
+            elif node.children:  # no runs of its own: placed only if something below it is
+                _add_own_below(node, into)
 
+
+def _add_own_below(top: TimerNode, into: TreeNode) -> None:
+    """`TimerNode.add_own_to` for the subtree of `top`, which has no runs of its own: a node
+    is placed when it has runs of its own, with the ancestors it hangs from."""
+    placed: list[Any] = [None, None, into]  # [node, its parent's entry, its placed node]
+    todo: list[list[Any]] = [[top, placed, None]]
+    while todo:
+        entry = todo.pop()
+        node: TimerNode = entry[0]
+        if node.count - node.merged_count > 0:
+            chain: list[list[Any]] = []
+            while entry[2] is None:  # this node and its ancestors not placed yet
+                chain.append(entry)
+                entry = entry[1]
+            target: TreeNode = entry[2]
+            for item in reversed(chain):
+                mine: TimerNode = item[0]
+                target = target.child(mine.name)
+                target.total += max(0.0, mine.total - mine.merged_total)
+                target.count += max(0, mine.count - mine.merged_count)
+                target.gpu_total += mine.gpu_total
+                target.gpu_count += mine.gpu_count
+                item[2] = target
+            entry = chain[0]
+        if node.children:
+            todo.extend([child, entry, None] for child in reversed(node.children.values()))
 
 def _unpickle_node(cls: type[TimerNode], name: str, total: float, count: int, is_parallel: bool,
                    children: dict[str, TimerNode], gpu_total: float, gpu_count: int,
