@@ -144,7 +144,6 @@ class TimerNode(TreeNode):
                 copies.setdefault(id(parent), {})[copy.name] = copy
         return result
 
-
     def add_own_to(self, target: TreeNode) -> None:
         """Add this tree's own blocks under `target`, as ``target.merge_children(
         self.own_copy())`` would, float for float and in the same order, without making the
@@ -190,6 +189,7 @@ def _add_own_below(top: TimerNode, into: TreeNode) -> None:
         if node.children:
             todo.extend([child, entry, None] for child in reversed(node.children.values()))
 
+
 def _unpickle_node(cls: type[TimerNode], name: str, total: float, count: int, is_parallel: bool,
                    children: dict[str, TimerNode], gpu_total: float, gpu_count: int,
                    merged_total: float, merged_count: int,
@@ -207,6 +207,7 @@ def _unpickle_node(cls: type[TimerNode], name: str, total: float, count: int, is
     node.merged_count = merged_count
     node.origin = origin
     return node
+
 
 class GaugeNode:
     """The latest value of a metric, with its min, max and update count (a statsd gauge)."""
