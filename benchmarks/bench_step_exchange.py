@@ -67,8 +67,9 @@ def merged_steps(t: ModuleType) -> int:
 
 def render(results: dict[str, Any]) -> str:
     s = results["summary"]
-    lines = [*failed_checks_lines(results), f"ML-Agents' per-step timer exchange (worker: 2 blocks, root pickled, reset; parent: "
-             f"unpickle, merge under `workers`), {results['steps']:,} steps × "
+    lines = [*failed_checks_lines(results),
+             f"ML-Agents' per-step timer exchange (worker: 2 blocks, root pickled, reset; "
+             f"parent: unpickle, merge under `workers`), {results['steps']:,} steps × "
              f"{results['rounds']} interleaved rounds, one process", "",
              "| | CPU µs per step, median (min–max) | × ML-Agents |", "|---|---|---|"]
     for name, label in (("mlagents", "anchor: ML-Agents `mlagents_envs.timers`"),
@@ -108,12 +109,13 @@ def main() -> int:
         rng.shuffle(order)
         for name in order:
             per_step[name].append(run_steps(modules[name], steps) / steps * 1e6)
-    checks = [f"{name}: {merged_steps(module)} steps merged under workers, expected "
-              f"{rounds * steps + 200}" for name, module in modules.items()
-              if merged_steps(module) != rounds * steps + 200]
+    expected = rounds * steps + 200
+    merged = {name: merged_steps(module) for name, module in modules.items()}
     otel_rl.shutdown()
     summary = {name: {"median": statistics.median(v), "min": min(v), "max": max(v),
-                      "checks": checks} for name, v in per_step.items()}
+                      "checks": [f"{name}: {merged[name]} steps merged under workers, expected "
+                                 f"{expected}"] if merged[name] != expected else []}
+               for name, v in per_step.items()}
     ratios = [o / m for o, m in zip(per_step["otel_rl"], per_step["mlagents"], strict=True)]
     results = {"rounds": rounds, "steps": steps, "per_step_us": per_step, "summary": summary,
                "ratios": ratios}

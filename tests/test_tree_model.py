@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copyreg
+import io
 import json
 import math
+import pickle
 import random
 from typing import Any
 
@@ -304,7 +307,9 @@ def test_merge_children_on_live_timer_nodes_is_the_plain_sum() -> None:
     placed = into.children["forward"]
     assert (placed.total, placed.count, placed.gpu_total, placed.gpu_count) == (0.5, 1, 0.25, 1)
     assert (placed.merged_total, placed.merged_count) == (0.0, 0)
-    assert into.own_copy() is not None and into.own_copy().children["forward"].count == 1
+    own = TimerNode("root")
+    into.add_own_to(own)
+    assert own.children["forward"].count == 1
 
 
 def _live_tree(rng: random.Random) -> recorder.TimerNode:
@@ -335,18 +340,30 @@ def _shape(node: TreeNode) -> list[Any]:
             [_shape(child) for child in node.children.values()]]
 
 
+def _own_part(node: recorder.TimerNode) -> TreeNode | None:
+    """The reference, by definition: `node` less what `merge` brought in, kept where it has
+    runs of its own or something below it has; None when nothing is left."""
+    kept = [part for part in map(_own_part, node.children.values()) if part is not None]
+    count = node.count - node.merged_count
+    if count <= 0 and not kept:
+        return None
+    return TreeNode(node.name, max(0.0, node.total - node.merged_total), max(0, count), False,
+                    {part.name: part for part in kept}, node.gpu_total, node.gpu_count)
+
+
 @pytest.mark.parametrize("seed", range(300))
-def test_retiring_in_place_is_merging_the_own_copy(seed: int) -> None:
-    # `reset_timers` adds a stack's own blocks to what it retired without copying them first:
-    # the same tree, node order and floats as merging `own_copy()`, on trees with merged-in
-    # subtrees, blocks entered but never run, GPU time, and a retired tree that already holds
-    # some of the same blocks.
-    rng = random.Random(seed)
-    live = _live_tree(rng)
-    expected, actual = _live_tree(random.Random(seed + 1000)), _live_tree(random.Random(seed + 1000))
-    own = live.own_copy()
-    if own is not None:
-        expected.merge_children(own)
+def test_adding_a_live_trees_own_part_in_place(seed: int) -> None:
+    # `reset_timers` adds a stack's own blocks to what it retired, in place: the same tree,
+    # node order and floats as adding the reference's own part with the plain merge, on trees
+    # with merged-in subtrees, blocks entered but never run, GPU time, and a retired tree that
+    # already holds some of the same blocks.
+    live = _live_tree(random.Random(seed))
+    expected = _live_tree(random.Random(seed + 1000))
+    actual = _live_tree(random.Random(seed + 1000))
+    reference = TreeNode("root", children={})
+    for part in filter(None, map(_own_part, live.children.values())):
+        reference.children[part.name] = part
+    expected.merge_children(reference)
     live.add_own_to(actual)
     assert _shape(actual) == _shape(expected)
     assert [(n.merged_total, n.merged_count) for _, n in actual.walk()] == [
@@ -356,9 +373,6 @@ def test_retiring_in_place_is_merging_the_own_copy(seed: int) -> None:
 def test_a_live_node_pickles_whole_and_older_pickles_still_load() -> None:
     # ML-Agents' env workers pickle their stack's root to the parent every step; the parent
     # merges it and places the worker's blocks by its `origin`.
-    import copyreg
-    import pickle
-
     root = _live_tree(random.Random(7))
     root.origin = (4242, 17)
     back = pickle.loads(pickle.dumps(root))
@@ -374,8 +388,6 @@ def test_a_live_node_pickles_whole_and_older_pickles_still_load() -> None:
             slots = ("children", "count", "gpu_count", "gpu_total", "is_parallel", "name",
                      "total", "merged_count", "merged_total", "origin")
             return copyreg.__newobj__, (type(obj),), (None, {k: getattr(obj, k) for k in slots})
-
-    import io
 
     buffer = io.BytesIO()
     OldPickler(buffer, protocol=4).dump(root)

@@ -113,43 +113,14 @@ class TimerNode(TreeNode):
                         into = mine[name] = type(node)(name)
                     todo.append((into, child))
 
-    def own_copy(self) -> TimerNode | None:
-        """A copy of this tree without what `merge` brought in (the subtraction the whole-run
-        view makes); None when nothing is left. Iterative (children before parents): trees
-        thousands of blocks deep are ordinary."""
-        order: list[tuple[TimerNode, TimerNode | None]] = []  # (node, its parent), parents first
-        todo: list[tuple[TimerNode, TimerNode | None]] = [(self, None)]
-        while todo:
-            item = todo.pop()
-            order.append(item)
-            todo.extend((child, item[0]) for child in list(item[0].children.values()))
-        copies: dict[int, dict[str, TimerNode]] = {}  # id(node) -> its kept children's copies
-        result: TimerNode | None = None
-        for current, parent in reversed(order):
-            children = copies.pop(id(current), {})
-            count = current.count - current.merged_count
-            copy: TimerNode | None = None
-            if count > 0 or children:
-                copy = TimerNode(current.name)
-                copy.total = max(0.0, current.total - current.merged_total)
-                copy.count = max(0, count)
-                copy.gpu_total = current.gpu_total
-                copy.gpu_count = current.gpu_count
-                # Children in the original's order (the walk above visits them reversed).
-                copy.children = {name: children[name] for name in current.children
-                                 if name in children}
-            if parent is None:
-                result = copy
-            elif copy is not None:
-                copies.setdefault(id(parent), {})[copy.name] = copy
-        return result
-
     def add_own_to(self, target: TreeNode) -> None:
-        """Add this tree's own blocks under `target`, as ``target.merge_children(
-        self.own_copy())`` would, float for float and in the same order, without making the
-        copy (`reset_timers` retires a stack's tree this way, once per ML-Agents env step)."""
-        todo = [(child, target) for child in reversed(self.children.values())]
-        while todo:  # depth first, children in order: nodes are placed as own_copy orders them
+        """Add this tree's blocks less what `merge` brought in (the subtraction the whole-run
+        view makes) under `target`'s children: a node is added when it has runs of its own
+        or something below it has, with its total less the merged-in part (never below zero).
+        In place, no copy made: `reset_timers` does this once per ML-Agents env step. Children
+        are read as a snapshot (another thread may be adding blocks to a live tree)."""
+        todo = [(child, target) for child in reversed(list(self.children.values()))]
+        while todo:  # depth first, children in order: new nodes come in the tree's order
             node, into = todo.pop()
             if node.count - node.merged_count > 0:
                 placed = into.child(node.name)
@@ -158,14 +129,16 @@ class TimerNode(TreeNode):
                 placed.gpu_total += node.gpu_total
                 placed.gpu_count += node.gpu_count
                 if node.children:
-                    todo.extend([(child, placed) for child in reversed(node.children.values())])
+                    todo.extend([(child, placed)
+                                 for child in reversed(list(node.children.values()))])
             elif node.children:  # no runs of its own: placed only if something below it is
                 _add_own_below(node, into)
 
 
 def _add_own_below(top: TimerNode, into: TreeNode) -> None:
     """`TimerNode.add_own_to` for the subtree of `top`, which has no runs of its own: a node
-    is placed when it has runs of its own, with the ancestors it hangs from."""
+    is placed when it has runs of its own, with the ancestors it hangs from (each placed
+    once; linear in the subtree, however deep a chain of nodes without runs)."""
     placed: list[Any] = [None, None, into]  # [node, its parent's entry, its placed node]
     todo: list[list[Any]] = [[top, placed, None]]
     while todo:
@@ -187,7 +160,7 @@ def _add_own_below(top: TimerNode, into: TreeNode) -> None:
                 item[2] = target
             entry = chain[0]
         if node.children:
-            todo.extend([child, entry, None] for child in reversed(node.children.values()))
+            todo.extend([child, entry, None] for child in reversed(list(node.children.values())))
 
 
 def _unpickle_node(cls: type[TimerNode], name: str, total: float, count: int, is_parallel: bool,
@@ -1150,20 +1123,19 @@ def set_startup_argv(argv: str | None) -> None:
 
 # --- The whole-run view of this process -------------------------------------------------------
 
-def _own(stack: TimerStack) -> TimerNode | None:
-    own = stack.root.own_copy()
-    if own is not None and stack.fork_path:
-        own = own.lifted(stack.fork_path)
-    return own
+def _add_own(stack: TimerStack, target: TreeNode) -> None:
+    """Add what `stack` recorded itself since its last reset under `target` (its tree less what
+    `merge` brought in; in a forked child, lifted out of the blocks open at the fork)."""
+    if not stack.fork_path:
+        stack.root.add_own_to(target)
+        return
+    own = TimerNode("root")
+    stack.root.add_own_to(own)
+    target.merge_children(own.lifted(stack.fork_path))
 
 
 def _retire(stack: TimerStack) -> None:
-    if stack.fork_path:
-        own = _own(stack)
-        if own is not None:
-            stack.retired.merge_children(own)
-    else:
-        stack.root.add_own_to(stack.retired)
+    _add_own(stack, stack.retired)
     for name, gauge in stack.gauges.items():
         # What this stack set itself (not what `merge_gauges` copied in), by the one rule.
         mine = gauge.as_gauge(gauge.count - stack.merged_gauge_counts.get(name, 0))
@@ -1178,9 +1150,7 @@ def stack_contribution(stack: TimerStack) -> TimerNode:
     """Everything `stack` recorded (its own blocks, resets included) as one root node."""
     result = TimerNode("root")
     result.merge_children(stack.retired)
-    own = _own(stack)
-    if own is not None:
-        result.merge_children(own)
+    _add_own(stack, result)
     return result
 
 
