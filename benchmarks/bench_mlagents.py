@@ -27,11 +27,12 @@ import tempfile
 from typing import Any
 
 from _report import finish
+from _stats import summarize_rounds
 from bench_sample_factory import (
+    KEYS,
     also,
     interleaved,
     measured,
-    summarize,
     table,
     variants_argument,
     venv_python,
@@ -95,7 +96,7 @@ def main() -> int:
                            lambda variant: one_run(python, variant, steps, args.envs, workdir),
                            rate="steps/s", others=others)
     results = {"rounds": rounds, "steps": steps, "envs": args.envs, "runs": runs,
-               **summarize(runs)}
+               **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 
 

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import time
 from typing import Any
 
 from _report import failed_checks_lines, finish
-from _stats import median_ci
+from _stats import ratio_rows, summarize_rounds
 from bench_sample_factory import VARIANTS, also, interleaved, variants_argument, venv_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,37 +106,6 @@ def one_run(python: str, variant: str, iterations: int, workdir: str,
             "train_cpu_s": train_cpu, "wall_s": wall, "checks": checks}
 
 
-def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    for variant, rows in runs.items():
-        summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
-        for key in KEYS:
-            values = [r[key] for r in rows]
-            summary[variant][key] = {"median": statistics.median(values), "min": min(values),
-                                     "max": max(values)}
-    ratios = {v: _ratios(runs, summary, v) for v in runs if v != "plain"}
-    return {"summary": summary, "ratios": ratios.pop("otel_rl"),
-            **({"variant_ratios": ratios} if ratios else {})}
-
-
-def _ratios(runs: dict[str, list[dict[str, Any]]], summary: dict[str, Any],
-            variant: str) -> dict[str, Any]:
-    """`variant` / plain: of the medians, the per-round spread, and the per-round median with
-    its 95 % bootstrap interval."""
-    ratios: dict[str, Any] = {}
-    for key in KEYS:
-        per_round = [o[key] / p[key] for o, p in zip(runs[variant], runs["plain"], strict=True)
-                     if p[key]]
-        plain_median = summary["plain"][key]["median"]
-        ratios[key] = {
-            "of_medians": summary[variant][key]["median"] / plain_median if plain_median
-            else 0.0,
-            "per_round_min": min(per_round, default=0.0),
-            "per_round_max": max(per_round, default=0.0),
-            "per_round_median_ci": list(median_ci(per_round))}
-    return ratios
-
-
 def render(results: dict[str, Any]) -> str:
     s = results["summary"]
     ratios = {"otel_rl": results["ratios"], **results.get("variant_ratios", {})}
@@ -157,15 +125,7 @@ def render(results: dict[str, Any]) -> str:
                                                               ("train_cpu_s", 3),
                                                               ("cpu_s", 1), ("wall_s", 1))]
         lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
-    for variant, r in ratios.items():
-        cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-                 f"{r[k]['per_round_max']:.3f})" for k in KEYS]
-        lines.append(f"| {variant} / plain (per-round spread) | " + " | ".join(cells) + " |")
-        cells = ["{:.3f} [{:.3f}–{:.3f}]".format(*r[k]["per_round_median_ci"])
-                 for k in KEYS]
-        lines.append(f"| {variant} / plain, per-round median [95 % CI] | "
-                     + " | ".join(cells) + " |")
-    return "\n".join([*failed_checks_lines(results), *lines])
+    return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS)])
 
 
 def main() -> int:
@@ -187,7 +147,7 @@ def main() -> int:
                                                    args.collect),
                            rate="it/s", others=also(args.also), key="it_per_s")
     results = {"rounds": rounds, "iterations": iterations, "collect": args.collect, "runs": runs,
-               **summarize(runs)}
+               **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 
 

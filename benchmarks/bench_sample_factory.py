@@ -22,7 +22,6 @@ import os
 import random
 import re
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from _report import failed_checks_lines, finish
+from _stats import ratio_rows, summarize_rounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -38,6 +38,8 @@ _LOCKS: list[Any] = []
 #: Variants under ``otel-rl run`` and the settings they add (besides ``plain``).
 VARIANTS = {"otel_rl": {}, "spans_off": {"OTEL_RL_SPANS": "off"},
             "disabled": {"OTEL_RL_DISABLED": "true"}}
+#: What a real run measures (each row's fields; the framework benches share them but RLlib's).
+KEYS = ("fps", "cpu_s", "wall_s")
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
@@ -118,33 +120,6 @@ def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, An
             "checks": checks}
 
 
-def _ratios(runs: dict[str, list[dict[str, Any]]], summary: dict[str, Any],
-            variant: str) -> dict[str, Any]:
-    ratios: dict[str, Any] = {}
-    for key in ("fps", "cpu_s", "wall_s"):
-        per_round = [o[key] / p[key] for o, p in zip(runs[variant], runs["plain"], strict=True)
-                     if p[key]]
-        ratios[key] = {
-            "of_medians": summary[variant][key]["median"] / summary["plain"][key]["median"],
-            "per_round_min": min(per_round), "per_round_max": max(per_round)}
-    return ratios
-
-
-def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Medians (min-max) per variant; ``ratios``: otel_rl / plain (``variant_ratios``: those of
-    the other variants, if any ran)."""
-    summary: dict[str, Any] = {}
-    for variant, rows in runs.items():
-        summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
-        for key in ("fps", "cpu_s", "wall_s"):
-            values = [r[key] for r in rows]
-            summary[variant][key] = {"median": statistics.median(values), "min": min(values),
-                                     "max": max(values)}
-    others = {v: _ratios(runs, summary, v) for v in runs if v not in ("plain", "otel_rl")}
-    return {"summary": summary, "ratios": _ratios(runs, summary, "otel_rl"),
-            **({"variant_ratios": others} if others else {})}
-
-
 def table(results: dict[str, Any], title: str, fps_label: str) -> str:
     """The plain / otel_rl table of a real run's results (shared by the framework benches)."""
     s = results["summary"]
@@ -159,11 +134,7 @@ def table(results: dict[str, Any], title: str, fps_label: str) -> str:
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
                                                               ("wall_s", 1))]
         lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
-    for variant, r in ratios.items():
-        cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
-                 f"{r[k]['per_round_max']:.3f})" for k in ("fps", "cpu_s", "wall_s")]
-        lines.append(f"| {variant} / plain (per-round spread) | " + " | ".join(cells) + " |")
-    return "\n".join([*failed_checks_lines(results), *lines])
+    return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS)])
 
 
 def render(results: dict[str, Any]) -> str:
@@ -220,7 +191,7 @@ def main() -> int:
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, workdir),
                            others=others)
-    results = {"rounds": rounds, "steps": steps, "runs": runs, **summarize(runs)}
+    results = {"rounds": rounds, "steps": steps, "runs": runs, **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 
 
