@@ -9,8 +9,9 @@ in a shuffled order: plain, and under ``otel-rl run`` (default settings: the ``a
 policy, files in a temporary folder). Measured per run: Sample Factory's own final FPS
 (``Collected {0: N}, FPS: X``) and the user + system CPU seconds of every process of the run
 (``RUSAGE_CHILDREN`` around it: the runner, its workers and, under ``otel-rl run``, the CLI).
-Reported: medians (min-max) and the ratio of medians otel_rl / plain, plus the spread of the
-per-round ratios. Checks: every run exits 0 and collects at least the steps asked for; the
+Reported: medians (min-max) and the ratio of medians otel_rl / plain, with the spread of the
+per-round ratios, a 95 % interval of the ratio (rounds resampled whole: `_stats.py`) and the
+median of the per-round ratios. Checks: every run exits 0 and collects at least the steps asked for; the
 otel_rl run writes timers.json with the components.
 """
 
