@@ -40,13 +40,14 @@ def ratio_of_medians_ci(variant: Sequence[float], plain: Sequence[float], level:
     """(ratio, low, high): median(variant) / median(plain) of paired rounds, and a `level`
     bootstrap interval of it. The rounds are resampled whole (both runs of round i together:
     they shared the machine's state), so the interval says how far another set of rounds of
-    the same code could put the ratio."""
-    pairs = [(v, p) for v, p in zip(variant, plain, strict=True)]
+    the same code could put the ratio. Under 3 rounds: the range of the per-round ratios."""
+    pairs = list(zip(variant, plain, strict=True))
     if not pairs or not statistics.median(plain):
         return 0.0, 0.0, 0.0
     ratio = statistics.median(variant) / statistics.median(plain)
-    if len(pairs) < 3:
-        return ratio, ratio, ratio
+    if len(pairs) < 3:  # too few to resample: the per-round ratios' range, as `median_ci` does
+        per_round = [v / p for v, p in pairs if p]
+        return ratio, min(per_round, default=ratio), max(per_round, default=ratio)
     rng = random.Random(seed)
     samples = []
     for _ in range(RESAMPLES):

@@ -18,9 +18,9 @@ Once the algorithm is built, every RLlib process runs a full garbage collection,
 variants (``rllib_train.collect_everywhere``, which says why; ``--no-collect``: not).
 Reported: medians (min-max) and the ratio of medians otel_rl / plain with its 95 % interval
 (rounds resampled whole), plus the spread of the per-round ratios and their median with a 95 %
-bootstrap interval (`_stats`). Checks: every
-run exits 0 and trains every iteration; the otel_rl run writes timers.json with the env runners'
-``sample`` blocks under ``env_runner_sampling_timer``.
+bootstrap interval (`_stats`). Checks: every run exits 0 and trains every iteration; the
+otel_rl run writes timers.json with the env runners' ``sample`` blocks under
+``env_runner_sampling_timer``.
 """
 
 from __future__ import annotations

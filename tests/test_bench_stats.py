@@ -58,6 +58,8 @@ def test_the_interval_holds_the_ratio_and_widens_with_the_noise() -> None:
 
 def test_few_rounds_and_a_zero_plain_median() -> None:
     assert stats.ratio_of_medians_ci([2.0, 4.0], [1.0, 2.0]) == (2.0, 2.0, 2.0)
+    # Two rounds (a --quick run) are too few to resample: the per-round ratios' range.
+    assert stats.ratio_of_medians_ci([1.0, 3.0], [1.0, 2.0]) == (2.0 / 1.5, 1.0, 1.5)
     assert stats.ratio_of_medians_ci([], []) == (0.0, 0.0, 0.0)
     assert stats.ratio_of_medians_ci([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]) == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError):  # unpaired rounds are a caller's mistake, not a ratio
