@@ -6,11 +6,22 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: Bootstrap resamples per interval.
 RESAMPLES = 4000
+
+
+def _interval(items: Sequence[Any], statistic: Callable[[Sequence[Any]], float], level: float,
+              seed: int) -> tuple[float, float]:
+    """The `level` percentile-bootstrap interval of `statistic` over `items` resampled with
+    replacement (seeded: the same items give the same interval)."""
+    rng = random.Random(seed)
+    n = len(items)
+    samples = sorted(statistic(rng.choices(items, k=n)) for _ in range(RESAMPLES))
+    tail = (1 - level) / 2
+    return samples[int(tail * (RESAMPLES - 1))], samples[int((1 - tail) * (RESAMPLES - 1))]
 
 
 def median_ci(values: Sequence[float], level: float = 0.95,
@@ -21,12 +32,7 @@ def median_ci(values: Sequence[float], level: float = 0.95,
     median = statistics.median(values)
     if len(values) < 3:
         return median, min(values), max(values)
-    rng = random.Random(seed)
-    n = len(values)
-    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(RESAMPLES))
-    tail = (1 - level) / 2
-    return (median, medians[int(tail * (RESAMPLES - 1))],
-            medians[int((1 - tail) * (RESAMPLES - 1))])
+    return (median, *_interval(values, statistics.median, level, seed))
 
 
 def fmt_ci(values: Sequence[float], digits: int = 3, unit: str = "") -> str:
@@ -48,16 +54,12 @@ def ratio_of_medians_ci(variant: Sequence[float], plain: Sequence[float], level:
     if len(pairs) < 3:  # too few to resample: the per-round ratios' range, as `median_ci` does
         per_round = [v / p for v, p in pairs if p]
         return ratio, min(per_round, default=ratio), max(per_round, default=ratio)
-    rng = random.Random(seed)
-    samples = []
-    for _ in range(RESAMPLES):
-        drawn = rng.choices(pairs, k=len(pairs))
-        below = statistics.median(p for _, p in drawn)
-        samples.append(statistics.median(v for v, _ in drawn) / below if below else 0.0)
-    samples.sort()
-    tail = (1 - level) / 2
-    return (ratio, samples[int(tail * (RESAMPLES - 1))],
-            samples[int((1 - tail) * (RESAMPLES - 1))])
+    return (ratio, *_interval(pairs, _ratio_of_medians, level, seed))
+
+
+def _ratio_of_medians(pairs: Sequence[tuple[float, float]]) -> float:
+    below = statistics.median(p for _, p in pairs)
+    return statistics.median(v for v, _ in pairs) / below if below else 0.0
 
 
 def round_ratios(runs: dict[str, list[dict[str, Any]]], variant: str,

@@ -11,8 +11,8 @@ policy, files in a temporary folder). Measured per run: Sample Factory's own fin
 (``RUSAGE_CHILDREN`` around it: the runner, its workers and, under ``otel-rl run``, the CLI).
 Reported: medians (min-max) and the ratio of medians otel_rl / plain, with the spread of the
 per-round ratios, a 95 % interval of the ratio (rounds resampled whole: `_stats.py`) and the
-median of the per-round ratios. Checks: every run exits 0 and collects at least the steps asked for; the
-otel_rl run writes timers.json with the components.
+median of the per-round ratios. Checks: every run exits 0 and collects at least the steps
+asked for; the otel_rl run writes timers.json with the components.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _LOCKS: list[Any] = []
 #: Variants under ``otel-rl run`` and the settings they add (besides ``plain``).
 VARIANTS = {"otel_rl": {}, "spans_off": {"OTEL_RL_SPANS": "off"},
             "disabled": {"OTEL_RL_DISABLED": "true"}}
-#: What a real run measures (each row's fields; the framework benches share them but RLlib's).
+#: What a real run measures, each round's row (this bench's and ML-Agents'; RLlib's has its own).
 KEYS = ("fps", "cpu_s", "wall_s")
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
