@@ -16,6 +16,8 @@ import pytest
 
 from otel_rl._internal.cli import run as run_command
 from otel_rl._internal.errors import UserError
+from otel_rl._internal.readers import timeline
+from otel_rl._internal.readers.boundary import DEFAULT_LIMITS
 from otel_rl._internal.readers.otlp_json import read_otlp_json_file, torn_last_lines_skipped
 from otel_rl._internal.readers.timeline import timeline_spans
 from otel_rl._internal.tree import Tree
@@ -70,6 +72,18 @@ def test_the_real_run_output_has_what_the_timeline_must_handle(real_run: Path) -
 def test_the_timeline_equals_a_full_reads_on_a_real_run(run_dir: Path, cap: int) -> None:
     full, fast = _pages(run_dir, cap)
     assert full == fast
+
+
+def test_the_real_runs_writer_left_the_timelines_spans_beside_its_file(run_dir: Path) -> None:
+    """The main process kept the longest spans it wrote (`timeline_side`); the report reads
+    them, not the whole file, and they are the spans a full read chooses."""
+    spans_file = run_dir / "spans.otlp.jsonl"
+    kept = timeline._from_side(spans_file, html.MAX_TIMELINE_SPANS, DEFAULT_LIMITS)
+    assert kept is not None
+    full = read_otlp_json_file(spans_file)
+    plain = [s for s in full if s.attributes.get("otel_rl.kind") != "aggregate"]
+    assert list(kept) == html.longest(plain, html.MAX_TIMELINE_SPANS)
+    assert kept.total == len(plain) and list(timeline_spans(spans_file, 1000)) == list(kept)[:1000]
 
 
 def test_the_sample_stands_for_every_span_but_aggregates(run_dir: Path) -> None:

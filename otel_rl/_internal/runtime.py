@@ -294,7 +294,8 @@ class Runtime:
             sinks.append(OtlpSink(self._transport_factory, s.batch_size, self.stats, s.endpoint))
         if self.output_dir:
             name = SPANS_FILE if not self.is_worker else f"spans.{self.pid}.otlp.jsonl"
-            sinks.append(FileSink(os.path.join(self.output_dir, name), self.stats))
+            sinks.append(FileSink(os.path.join(self.output_dir, name), self.stats,
+                                  timeline=not self.is_worker))
         if s.exporters:
             from otel_rl._internal.sinks.sdk import SpanExporterSink
 

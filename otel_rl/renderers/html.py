@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import semconv, timeline_side
 from otel_rl._internal.jsonout import dumps
 from otel_rl._internal.spandata import SpanData
 from otel_rl._internal.tree import Tree, TreeNode
@@ -32,8 +32,9 @@ __all__ = ["MAX_TIMELINE_SPANS", "render"]
 
 #: Spans drawn in the timeline at most. Beyond it the timeline summarises the whole run: the
 #: longest spans (every one at least as long as the shortest shown, with all its parents), so
-#: a long run is seen end to end at a coarser grain. The page says so.
-MAX_TIMELINE_SPANS = 5000
+#: a long run is seen end to end at a coarser grain. The page says so. (The writer of a run's
+#: spans file keeps as many of its longest: `timeline_side`.)
+MAX_TIMELINE_SPANS = timeline_side.CAP
 _TOP_SELF_ROWS = 15
 _FLAG_ERROR = 1
 _FLAG_MARKER = 2  # a run or process span: context, not a timed block

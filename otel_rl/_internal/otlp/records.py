@@ -274,14 +274,19 @@ class JsonEncoder:
 
     def request_line(self, batches: Iterable[Batch]) -> str:
         """One ``ExportTraceServiceRequest`` as a line of OTLP/JSON (no newline)."""
-        parts = []
-        for batch in batches:
-            if not batch.records:
-                continue
-            resource = json.dumps({"attributes": json_attributes(batch.resource)},
-                                  separators=(",", ":"))
-            spans = ",".join([self.span(r, batch.offset_ns, batch.thread_names)
-                              for r in batch.records])
-            parts.append(f'{{"resource":{resource},"scopeSpans":[{{"scope":{_JSON_SCOPE},'
-                         f'"spans":[{spans}]}}]}}')
-        return '{"resourceSpans":[' + ",".join(parts) + "]}"
+        return json_request([
+            (json_resource(batch.resource),
+             [self.span(r, batch.offset_ns, batch.thread_names) for r in batch.records])
+            for batch in batches if batch.records])
+
+
+def json_resource(resource: Attributes) -> str:
+    """A ``Resource`` as OTLP/JSON."""
+    return json.dumps({"attributes": json_attributes(resource)}, separators=(",", ":"))
+
+
+def json_request(groups: Iterable[tuple[str, Sequence[str]]]) -> str:
+    """An ``ExportTraceServiceRequest`` line from (resource JSON, its spans' JSON) groups."""
+    return '{"resourceSpans":[' + ",".join(
+        f'{{"resource":{resource},"scopeSpans":[{{"scope":{_JSON_SCOPE},'
+        f'"spans":[{",".join(spans)}]}}]}}' for resource, spans in groups) + "]}"

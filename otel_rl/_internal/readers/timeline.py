@@ -10,6 +10,11 @@ at only for what choosing needs (start, end, span id, whether it is an aggregate
 spans chosen are converted and checked in full (`otlp_json.span_from_json`), so the timeline
 is the one `html.render` draws from a full read, span for span and in the same order.
 
+The writer of a run's spans file keeps the longest spans as it writes them and leaves them in
+a side file (`timeline_side`); while that still describes the spans file (its size and
+modification time), its spans are read instead of the file's, checked the same way. The
+result is the same: they are the spans a read of the whole file chooses.
+
 A span in an unusual spelling (proto field names, integer times, base64 ids) is converted in
 full to be placed. What is not checked: the attributes, events and links of spans that are
 not shown. A file that is not one request per line (a saved Jaeger/Tempo answer) is read in
@@ -19,10 +24,12 @@ full. A last line cut off mid-record (a writer killed while writing) is skipped 
 from __future__ import annotations
 
 import heapq
+import json
+import os
 from pathlib import Path
 from typing import Any
 
-from otel_rl._internal import semconv
+from otel_rl._internal import semconv, timeline_side
 from otel_rl._internal.errors import UserError
 from otel_rl._internal.readers.boundary import (
     DEFAULT_LIMITS,
@@ -31,6 +38,7 @@ from otel_rl._internal.readers.boundary import (
     Limits,
     describe_path,
     iter_lines,
+    open_input,
     parse_json,
 )
 from otel_rl._internal.readers.otlp_json import (
@@ -174,41 +182,94 @@ def _offer_request(doc: dict[str, Any], where: str, chooser: _Chooser, kinds: bo
     return n
 
 
+def _offer_lines(handle: Any, source: str, chooser: _Chooser, limits: Limits,
+                 skipped: list[str], after: int = 0) -> None:
+    """Offer the spans of a file of request lines (those after line `after`)."""
+    n = 0
+    for number, raw in iter_lines(handle, source, limits):
+        if number <= after:
+            continue
+        where = f"{source} line {number}"
+        try:
+            text = raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+        try:
+            doc = parse_json(text, where, limits)
+        except JSONInputError:
+            if raw.endswith(b"\n"):
+                raise
+            skipped.append(f"{where} was cut off (its writer was killed or the disk "
+                           "filled) and was skipped")
+            continue
+        if type(doc) is dict and doc.get("resourceSpans") is not None:
+            n += _offer_request(doc, where, chooser, _may_aggregate(raw))
+        else:
+            spans = spans_from_document(doc, where)
+            n += len(spans)
+            for span in spans:
+                _offer_full(chooser, span)
+        if n > limits.max_spans:
+            raise UserError(f"{source}: more than {limits.max_spans:,} spans")
+
+
+def _side_counts(path: str | Path, cap: int, limits: Limits) -> tuple[int, int] | None:
+    """(spans it stands for, spans it keeps) of the side file of `path`, if it describes
+    `path` as it is now and keeps at least the `cap` longest (`timeline_side`); else None."""
+    try:
+        info = os.stat(path)
+        with open_input(timeline_side.side_path(path), "a timeline side file", limits) as f:
+            head = json.loads(f.readline(1024))
+    except (OSError, UserError, ValueError):
+        return None
+    if (type(head) is not dict or head.get("otel_rl_timeline") != timeline_side.VERSION
+            or head.get("size") != info.st_size or head.get("mtime_ns") != info.st_mtime_ns):
+        return None
+    total, kept = head.get("total"), head.get("kept")
+    if type(total) is not int or type(kept) is not int:
+        return None
+    return (total, kept) if cap <= kept < total <= limits.max_spans else None
+
+
+def _from_side(path: str | Path, cap: int, limits: Limits) -> TimelineSample | None:
+    """The timeline from the side file of `path`, checked as the spans file's lines are;
+    None when there is none that describes `path`, or it does not read back whole."""
+    counts = _side_counts(path, cap, limits)
+    if counts is None:
+        return None
+    total, kept = counts
+    side = timeline_side.side_path(path)
+    chooser = _Chooser(cap)
+    skipped: list[str] = []
+    try:
+        with open_input(side, "a timeline side file", limits) as handle:
+            _offer_lines(handle, describe_path(side), chooser, limits, skipped, after=1)
+    except UserError:
+        return None
+    if skipped or chooser.total != kept:
+        return None
+    chooser.total = total  # what the kept spans stand for: the order is the longest first
+    chosen = [item if isinstance(item, SpanData) else span_from_json(*item)
+              for item in chooser.chosen()]
+    return TimelineSample(chosen, total, [])
+
+
 def timeline_spans(path: str | Path, cap: int, limits: Limits = DEFAULT_LIMITS) -> TimelineSample:
     """The spans of `path` the report's timeline shows (at most `cap`), chosen as
-    `html.render` chooses them from a full read. Bad input raises `UserError` (one line)."""
-    source = describe_path(path)
+    `html.render` chooses them from a full read: from the side file its writer left
+    (`timeline_side`) while that describes `path`, else from `path` itself. Bad input raises
+    `UserError` (one line)."""
+    from_side = _from_side(path, cap, limits)
+    if from_side is not None:
+        return from_side
     chooser = _Chooser(cap)
     skipped: list[str] = []
     if not is_spans_lines(path, limits):
         for span in read_otlp_json_file(path, limits):
             _offer_full(chooser, span)
     else:
-        n = 0
         with open_spans(path, limits) as handle:
-            for number, raw in iter_lines(handle, source, limits):
-                where = f"{source} line {number}"
-                try:
-                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
-                except UnicodeDecodeError as exc:
-                    raise UserError(f"{where}: not UTF-8 text (byte {exc.start})") from None
-                try:
-                    doc = parse_json(text, where, limits)
-                except JSONInputError:
-                    if raw.endswith(b"\n"):
-                        raise
-                    skipped.append(f"{where} was cut off (its writer was killed or the disk "
-                                   "filled) and was skipped")
-                    continue
-                if type(doc) is dict and doc.get("resourceSpans") is not None:
-                    n += _offer_request(doc, where, chooser, _may_aggregate(raw))
-                else:
-                    spans = spans_from_document(doc, where)
-                    n += len(spans)
-                    for span in spans:
-                        _offer_full(chooser, span)
-                if n > limits.max_spans:
-                    raise UserError(f"{source}: more than {limits.max_spans:,} spans")
+            _offer_lines(handle, describe_path(path), chooser, limits, skipped)
     chosen = [item if isinstance(item, SpanData) else span_from_json(*item)
               for item in chooser.chosen()]
     return TimelineSample(chosen, chooser.total, skipped)

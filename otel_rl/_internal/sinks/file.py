@@ -6,9 +6,11 @@ import errno
 import os
 from collections.abc import Sequence
 
+from otel_rl._internal import atomic, log, timeline_side
 from otel_rl._internal.otlp import records
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.sinks.base import Sink, Stats, chunk_batches, span_count
+from otel_rl._internal.sinks.timeline import TimelineKeeper
 
 __all__ = ["FileSink"]
 
@@ -27,11 +29,16 @@ class FileSink(Sink):
     A line is written whole or not at all: a failed write is cut back to the end of the last
     whole line (a reader never meets a torn last line from this process). The file stops
     growing before the disk is full (`reserve`): the spans that no longer fit are lost as
-    "disk full", and timers.json keeps its room."""
+    "disk full", and timers.json keeps its room.
+
+    With `timeline` (the run's spans file, which report.html draws), the longest spans written
+    are kept and, at shutdown, put in the side file `timeline_side` describes, if this sink
+    wrote the whole file."""
 
     name = "file"
 
-    def __init__(self, path: str, stats: Stats, reserve: int = MIN_RESERVE) -> None:
+    def __init__(self, path: str, stats: Stats, reserve: int = MIN_RESERVE,
+                 timeline: bool = False) -> None:
         self.path = path
         self.label = path
         self.reserve = reserve
@@ -39,6 +46,7 @@ class FileSink(Sink):
         self._fd: int | None = None
         self._size = 0
         self._encoder = records.JsonEncoder()
+        self._timeline = TimelineKeeper() if timeline else None
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         n = span_count(batches)
@@ -50,6 +58,8 @@ class FileSink(Sink):
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 self._size = os.fstat(self._fd).st_size
+                if self._timeline is not None:
+                    self._open_timeline()
             # One request per line of at most LINE_SPANS spans, as the Collector writes one
             # per export: a reader can stream the file a line at a time.
             for request in chunk_batches(batches, LINE_SPANS):
@@ -60,6 +70,8 @@ class FileSink(Sink):
                 self._write_line(line)
                 written += spans
                 self._stats.add_exported(self.name, spans)  # per line: exact if killed
+                if self._timeline is not None:
+                    self._keep(request)
         except OSError as exc:
             full = exc.errno in _NO_SPACE
             self._stats.add_dropped("disk full" if full else "error", n - written, self.name,
@@ -98,6 +110,22 @@ class FileSink(Sink):
             raise
         self._size += len(line)
 
+    def _open_timeline(self) -> None:
+        try:  # an older side file no longer describes the file
+            os.unlink(timeline_side.side_path(self.path))
+        except OSError:
+            pass
+        if self._size:  # spans of another writer (an earlier run) the keeper never saw
+            self._timeline = None
+
+    def _keep(self, request: Sequence[Batch]) -> None:
+        try:
+            assert self._timeline is not None
+            self._timeline.written(request)
+        except Exception as exc:  # the report then reads the whole file; no span is lost
+            self._timeline = None
+            log.info("otel_rl: not keeping the timeline's spans: %r", exc)
+
     def shutdown(self, deadline: float) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -105,3 +133,14 @@ class FileSink(Sink):
                 os.close(fd)
             except OSError:
                 pass
+        timeline, self._timeline = self._timeline, None
+        if fd is not None and timeline is not None:
+            try:
+                side = timeline.side_file(self.path, self._size, self._encoder)
+                if side is not None:
+                    # timers.json is written once more after this: its room stays free.
+                    st = os.statvfs(os.path.dirname(self.path) or ".")
+                    if st.f_bavail * st.f_frsize - len(side) >= self.reserve:
+                        atomic.write_bytes(timeline_side.side_path(self.path), side)
+            except Exception as exc:  # the report then reads the whole file
+                log.info("otel_rl: no timeline side file: %r", exc)
