@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,6 +103,47 @@ def measure_write_report(pythonpath: str, run_dir: str, scratch: str) -> float:
     return float(cpu)
 
 
+def _batches_of(spans_path: str) -> list[Any]:
+    """The spans of a run's spans file as the records its writer was handed: one batch per
+    run of spans from one process, times already epoch (offset 0)."""
+    from otel_rl._internal.otlp.records import Batch
+    from otel_rl._internal.readers.otlp_json import read_otlp_json_file
+
+    batches: list[Any] = []
+    for span in read_otlp_json_file(spans_path):
+        attrs = {k: v for k, v in span.attributes.items() if not k.startswith("thread.")}
+        extra: dict[str, Any] = {"attrs": attrs} if attrs else {}
+        for event in span.events:
+            if event.name == "exception":
+                extra["error"] = tuple(str(event.attributes.get(f"exception.{k}", ""))
+                                       for k in ("type", "message", "stacktrace"))
+        tid = int(span.attributes.get("thread.id", 0))
+        record = (int(span.span_id, 16), int(span.parent_span_id or "0", 16), span.name,
+                  span.start_ns, span.end_ns, tid, int(span.trace_id, 16), extra or None)
+        if not batches or batches[-1].resource != span.resource:
+            batches.append(Batch(span.resource, 0, [], {}))
+        batches[-1].records.append(record)
+        batches[-1].thread_names[tid] = str(span.attributes.get("thread.name", ""))
+    return batches
+
+
+def measure_writer(batches: list[Any], timeline: bool, scratch: str) -> float:
+    """CPU seconds the main process's spans file writer takes for `batches` (export in
+    requests of 2,048 spans, then shutdown), keeping the timeline's spans or not."""
+    from otel_rl._internal.sinks.base import Stats
+    from otel_rl._internal.sinks.file import FileSink
+
+    folder = os.path.join(scratch, "writer")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    start = time.process_time()
+    sink = FileSink(os.path.join(folder, "spans.otlp.jsonl"), Stats(), timeline=timeline)
+    for i in range(0, len(batches), 8):
+        sink.export(batches[i:i + 8], float("inf"))
+    sink.shutdown(float("inf"))
+    return time.process_time() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run-dir", help="a real run's output folder (default: one made here)")
@@ -131,9 +173,10 @@ def main() -> int:
         size = os.path.getsize(spans) if os.path.exists(spans) else 0
         rng = random.Random(0)
         pages: dict[str, str] = {}
+        writer_batches = None
         for _ in range(rounds):
             jobs = [(what, version) for what in ("launcher", "write_report") for version in paths]
-            jobs += [("true", ""), ("python", "")]
+            jobs += [("true", ""), ("python", ""), ("writer", "keeps"), ("writer", "plain")]
             rng.shuffle(jobs)
             for what, version in jobs:
                 if what == "true":
@@ -141,6 +184,11 @@ def main() -> int:
                 elif what == "python":  # the floor of any launcher written in Python
                     samples.setdefault("`python -c pass`", []).append(
                         measure_plain([sys.executable, "-c", "pass"], scratch))
+                elif what == "writer":  # in this process: the keeper's cost in the main
+                    if writer_batches is None:
+                        writer_batches = _batches_of(spans)
+                    samples.setdefault(f"spans file writer, {version}", []).append(
+                        measure_writer(writer_batches, version == "keeps", scratch))
                 elif what == "launcher":
                     cpu, page = measure_launcher(paths[version], run_dir, scratch)
                     pages[version] = page

@@ -12,6 +12,7 @@ times the reader would not take as written (before the epoch, ending before it s
 from __future__ import annotations
 
 import heapq
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,8 @@ from otel_rl._internal.record import Extra
 __all__ = ["TimelineKeeper"]
 
 _LAST_NS = (1 << 64) - 1
+_START = operator.itemgetter(3)
+_END = operator.itemgetter(4)
 
 
 def _aggregate(extra: Extra) -> bool:
@@ -35,15 +38,15 @@ class TimelineKeeper:
     again (its record, time offset, thread name, resource); `side_file` makes the side file.
     `usable` turns False for good when the side file could not describe the spans file."""
 
-    __slots__ = ("cap", "floor", "heap", "pid", "seq", "total", "usable")
+    __slots__ = ("cap", "floor", "heap", "pid", "seq", "usable")
 
     def __init__(self, cap: int = timeline_side.CAP) -> None:
         self.cap = cap
-        # Items compare largest-wins: (duration, -start, -span id, -seq, what makes its JSON).
-        self.heap: list[tuple[int, int, int, int, Any]] = []
+        # Items compare largest-wins: (duration, -start, -span id, -seq), then what makes its
+        # JSON: (record, offset, thread name, resource JSON); -seq differs between any two.
+        self.heap: list[tuple[Any, ...]] = []
         self.floor = -1  # a span shorter than this is not kept (once `cap` are)
-        self.seq = 0
-        self.total = 0
+        self.seq = 0  # spans taken in but aggregates: what the timeline stands for
         self.usable = True
         self.pid = os.getpid()  # a forked child's copy writes nothing
 
@@ -51,30 +54,37 @@ class TimelineKeeper:
         """Take in the spans of a line the spans file now holds."""
         if not self.usable:
             return
-        heap, cap, floor, seq, total = self.heap, self.cap, self.floor, self.seq, self.total
+        heap, cap, floor, seq = self.heap, self.cap, self.floor, self.seq
         for batch in request:
+            records = batch.records
+            if not records:
+                continue
             offset = batch.offset_ns
-            first, last = -offset, _LAST_NS - offset
+            if (min(map(_START, records)) < -offset
+                    or max(map(_END, records)) > _LAST_NS - offset):
+                self._give_up()
+                return
             resource: str | None = None
-            for record in batch.records:
-                start = record[3]
-                end = record[4]
-                if not first <= start <= end <= last:
-                    self.usable = False
-                    heap.clear()
-                    return
-                extra = record[7]
-                if extra and _aggregate(extra):
-                    continue
-                total += 1
-                seq += 1
+            for record in records:
+                sid, _, _, start, end, tid, _, extra = record
                 duration = end - start
                 if duration < floor:  # (most spans, once `cap` are kept)
+                    if duration < 0:
+                        self._give_up()
+                        return
+                    if not extra or not _aggregate(extra):
+                        seq += 1
                     continue
+                if duration < 0:
+                    self._give_up()
+                    return
+                if extra and _aggregate(extra):
+                    continue
+                seq += 1
                 if resource is None:
                     resource = json_resource(batch.resource)
-                item = (duration, -start - offset, -record[0], -seq,
-                        (record, offset, batch.thread_names.get(record[5], ""), resource))
+                item = (duration, -start - offset, -sid, -seq, record, offset,
+                        batch.thread_names.get(tid, ""), resource)
                 if len(heap) < cap:
                     heapq.heappush(heap, item)
                     if len(heap) == cap:
@@ -82,22 +92,26 @@ class TimelineKeeper:
                 elif item > heap[0]:
                     heapq.heapreplace(heap, item)
                     floor = heap[0][0]
-        self.floor, self.seq, self.total = floor, seq, total
+        self.floor, self.seq = floor, seq
+
+    def _give_up(self) -> None:
+        self.usable = False
+        self.heap.clear()
 
     def side_file(self, spans_path: str, size: int, encoder: JsonEncoder) -> bytes | None:
         """The side file of `spans_path` (which this process wrote whole: `size` bytes), if
         the file has more spans than the timeline shows; else None."""
-        if not self.usable or self.total <= self.cap or os.getpid() != self.pid:
+        if not self.usable or self.seq <= self.cap or os.getpid() != self.pid:
             return None
         st = os.stat(spans_path)
         if st.st_size != size:  # another writer appended too
             return None
         groups: list[tuple[str, list[str]]] = []
-        for *_, (record, offset, thread_name, resource) in sorted(self.heap,
-                                                                  key=lambda item: -item[3]):
+        for *_, record, offset, thread_name, resource in sorted(self.heap,
+                                                                key=lambda item: -item[3]):
             if not groups or groups[-1][0] != resource:
                 groups.append((resource, []))
             groups[-1][1].append(encoder.span(record, offset, {record[5]: thread_name}))
-        text = (timeline_side.header(size, st.st_mtime_ns, self.total, len(self.heap)) + "\n"
+        text = (timeline_side.header(size, st.st_mtime_ns, self.seq, len(self.heap)) + "\n"
                 + json_request(groups) + "\n")
         return text.encode("utf-8")
