@@ -207,6 +207,52 @@ def test_multiprocessing_helpers_do_not_pose_as_the_run(tmp_path: Path) -> None:
     assert tree["children"]["main_block"]["children"]["worker_block"]["count"] == 2
 
 
+def test_the_resource_tracker_does_not_join_the_run(tmp_path: Path) -> None:
+    # multiprocessing's resource tracker runs no program code: otel_rl stays off in it (no
+    # threads of its own, not even its runtime imported), while the spawn worker joins.
+    (tmp_path / "tracked.py").write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing as mp, os
+            from multiprocessing import resource_tracker
+            from mlagents_envs.timers import hierarchical_timer
+
+            def work(q):
+                with hierarchical_timer("worker_block"):
+                    with open("/proc/self/maps") as f:
+                        q.put("_hotpath" in f.read())
+
+            if __name__ == "__main__":
+                ctx = mp.get_context("spawn")
+                with hierarchical_timer("main_block"):
+                    q = ctx.Queue()
+                    w = ctx.Process(target=work, args=(q,))
+                    w.start()
+                    in_worker = q.get()
+                    w.join()
+                    pid = resource_tracker._resource_tracker._pid
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        command = f.read().replace(b"\\0", b" ").decode()
+                    with open(f"/proc/{pid}/maps") as f:
+                        loaded = "_hotpath" in f.read()  # the recorder's compiled part
+                    print("TRACKER", len(os.listdir(f"/proc/{pid}/task")), loaded, in_worker,
+                          command)
+            """
+        )
+    )
+    result = otel_rl_run(["--", "tracked.py"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("TRACKER ")]
+    _, threads, loaded, in_worker, command = line.split(" ", 4)
+    assert "multiprocessing.resource_tracker" in command
+    assert threads == "1"
+    if in_worker != "True":  # the recorder's compiled part is how its import is seen
+        pytest.skip("no compiled hot path here: the tracker's imports cannot be seen")
+    assert loaded == "False"
+    tree = _whole_run_tree(tmp_path / "out")
+    assert tree["children"]["main_block"]["children"]["worker_block"]["count"] == 1
+
+
 def test_main_process_stays_the_run_across_exec(tmp_path: Path) -> None:
     code = "from mlagents_envs.timers import hierarchical_timer as h\nwith h('after_exec'): pass\n"
     (tmp_path / "launcher.py").write_text(

@@ -79,11 +79,14 @@ def _claim_main(variable: str) -> bool:
 
 
 def _configure(is_main: bool) -> None:
-    import otel_rl
-
     # Not the main process: join the trace a parent handed down, or leave otel_rl off (a
-    # multiprocessing worker is started by otel_rl's worker bootstrap once unpickled).
-    if is_main or any(otel_rl.context_from_env().values()):
+    # multiprocessing worker is started by otel_rl's worker bootstrap once unpickled). The
+    # carrier is read without `otel_rl.context_from_env`, which imports the runtime: a process
+    # that does not join (multiprocessing's resource tracker, a helper script) paid ~20 ms.
+    from otel_rl._internal import carrier
+
+    if is_main or carrier.from_env():
+        import otel_rl
         from otel_rl._internal import recorder
 
         # sys.argv is not final yet (``-m module`` still reads "-m"): timers record the
