@@ -63,6 +63,11 @@ class FileSink(Sink):
             # One request per line of at most LINE_SPANS spans, as the Collector writes one
             # per export: a reader can stream the file a line at a time.
             for request in chunk_batches(batches, LINE_SPANS):
+                if self._timeline is not None:
+                    # Thread names as this line is written (a batch may hold the live map of
+                    # its process): the kept spans get the names the file has.
+                    request = [Batch(b.resource, b.offset_ns, b.records, dict(b.thread_names))
+                               for b in request]
                 line = (self._encoder.request_line(request) + "\n").encode("utf-8")
                 self._check_room(len(line))
                 spans = span_count(request)
