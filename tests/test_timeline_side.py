@@ -20,6 +20,7 @@ from otel_rl._internal.readers.boundary import DEFAULT_LIMITS
 from otel_rl._internal.record import Record
 from otel_rl._internal.sinks.base import Stats
 from otel_rl._internal.sinks.file import FileSink
+from otel_rl._internal.tree import Tree
 from otel_rl.renderers import html
 
 OFFSET = 1_790_000_000_000_000_000
@@ -96,9 +97,7 @@ def test_the_side_file_holds_what_a_full_read_chooses(tmp_path: Path) -> None:
     assert timeline._from_side(path, timeline_side.CAP + 1, DEFAULT_LIMITS) is None
 
 
-def _tree():  # type: ignore[no-untyped-def]
-    from otel_rl._internal.tree import Tree
-
+def _tree() -> Tree:
     return Tree.from_json('{"name": "root", "total": 1.0, "count": 1, "children": {}}')
 
 
