@@ -42,9 +42,9 @@ class TimelineKeeper:
 
     def __init__(self, cap: int = timeline_side.CAP) -> None:
         self.cap = cap
-        # Items compare largest-wins: (duration, -start, -span id, -seq), then what makes its
-        # JSON: (record, offset, thread name, resource JSON); -seq differs between any two.
-        self.heap: list[tuple[Any, ...]] = []
+        # Items compare largest-wins: (duration, -start, -span id, -seq, what makes its JSON:
+        # (record, offset, thread name, resource JSON)); -seq differs between any two.
+        self.heap: list[tuple[int, int, int, int, Any]] = []
         self.floor = -1  # a span shorter than this is not kept (once `cap` are)
         self.seq = 0  # spans taken in but aggregates: what the timeline stands for
         self.usable = True
@@ -83,8 +83,8 @@ class TimelineKeeper:
                 seq += 1
                 if resource is None:
                     resource = json_resource(batch.resource)
-                item = (duration, -start - offset, -sid, -seq, record, offset,
-                        batch.thread_names.get(tid, ""), resource)
+                item = (duration, -start - offset, -sid, -seq,
+                        (record, offset, batch.thread_names.get(tid, ""), resource))
                 if len(heap) < cap:
                     heapq.heappush(heap, item)
                     if len(heap) == cap:
@@ -107,8 +107,8 @@ class TimelineKeeper:
         if st.st_size != size:  # another writer appended too
             return None
         groups: list[tuple[str, list[str]]] = []
-        for *_, record, offset, thread_name, resource in sorted(self.heap,
-                                                                key=lambda item: -item[3]):
+        for *_, (record, offset, thread_name, resource) in sorted(self.heap,
+                                                                  key=lambda item: -item[3]):
             if not groups or groups[-1][0] != resource:
                 groups.append((resource, []))
             groups[-1][1].append(encoder.span(record, offset, {record[5]: thread_name}))
