@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from otel_rl._internal.sinks.base import Stats
 from otel_rl._internal.sinks.file import FileSink
 from otel_rl._internal.tree import Tree
 from otel_rl.renderers import html
+from tests.faults.helpers import small_tmpfs
 
 OFFSET = 1_790_000_000_000_000_000
 
@@ -80,6 +80,10 @@ def _from_side(path: Path, cap: int) -> timeline.TimelineSample:
     return sample
 
 
+def _tree() -> Tree:
+    return Tree.from_json('{"name": "root", "total": 1.0, "count": 1, "children": {}}')
+
+
 def test_the_side_file_holds_what_a_full_read_chooses(tmp_path: Path) -> None:
     path = tmp_path / "spans.otlp.jsonl"
     batches = _batches(12_000)
@@ -97,10 +101,6 @@ def test_the_side_file_holds_what_a_full_read_chooses(tmp_path: Path) -> None:
     assert timeline._from_side(path, timeline_side.CAP + 1, DEFAULT_LIMITS) is None
 
 
-def _tree() -> Tree:
-    return Tree.from_json('{"name": "root", "total": 1.0, "count": 1, "children": {}}')
-
-
 def test_a_side_file_that_no_longer_describes_the_spans_file_is_not_used(
         tmp_path: Path) -> None:
     path = tmp_path / "spans.otlp.jsonl"
@@ -108,7 +108,6 @@ def test_a_side_file_that_no_longer_describes_the_spans_file_is_not_used(
     side = Path(timeline_side.side_path(path))
     # The side file is what is read: a name changed in it shows on the page...
     side.write_text(side.read_text().replace('"name":"block', '"name":"BLOCK'))
-    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns))
     assert all(s.name.startswith("BLOCK") or s.attributes.get(semconv.KIND)
                for s in timeline.timeline_spans(path, 100))
     # ... until the spans file changes: touched, or appended to, the file itself is read.
@@ -145,7 +144,6 @@ def test_a_damaged_side_file_falls_back_to_the_whole_file(tmp_path: Path, damage
     else:
         side.unlink()
         side.mkdir()
-    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns))
     assert timeline._from_side(path, 500, DEFAULT_LIMITS) is None
     again = timeline.timeline_spans(path, 500)
     assert list(again) == list(expected) and again.total == expected.total
@@ -194,19 +192,9 @@ def test_a_forked_childs_copy_of_the_sink_writes_no_side_file(tmp_path: Path) ->
 @pytest.fixture(params=["4m", "8m"])
 def small_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     """A tmpfs of 4 MiB (the spans file fits, its side file does not beside the room kept for
-    timers.json) or 8 MiB (both fit), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={request.param}", "tmpfs",
-                             str(mount)], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    timers.json) or 8 MiB (both fit)."""
+    with small_tmpfs(tmp_path, request.param) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def test_the_side_file_leaves_timers_json_its_room(small_disk: Path) -> None:

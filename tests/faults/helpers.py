@@ -7,12 +7,34 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from otel_rl._internal.readers.boundary import parse_json
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (``"3m"``) mounted at `folder`/disk, unmounted afterwards: a disk
+    that fills for real (needs root, as CI has; the test is skipped otherwise, saying so)."""
+    import pytest  # (here: the workloads this module serves run where pytest may be absent)
+
+    mount = folder / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def env() -> dict[str, str]:

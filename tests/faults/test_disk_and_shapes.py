@@ -8,7 +8,6 @@ saying so).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from otel_rl._internal.tree import Tree
+from tests.faults import helpers
 from tests.faults.helpers import ROOT, blocks, cli, env, exit_lines, file_spans, ledger, lost
 from tests.faults.workload import expected_blocks
 
@@ -24,18 +24,8 @@ from tests.faults.workload import expected_blocks
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB tmpfs, unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    with helpers.small_tmpfs(tmp_path, "3m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def test_full_disk_keeps_timers_json_whole_lines_and_one_accurate_line(small_disk: Path) -> None:

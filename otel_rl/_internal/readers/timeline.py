@@ -183,12 +183,10 @@ def _offer_request(doc: dict[str, Any], where: str, chooser: _Chooser, kinds: bo
 
 
 def _offer_lines(handle: Any, source: str, chooser: _Chooser, limits: Limits,
-                 skipped: list[str], after: int = 0) -> None:
-    """Offer the spans of a file of request lines (those after line `after`)."""
+                 skipped: list[str]) -> None:
+    """Offer the spans of a file of request lines."""
     n = 0
     for number, raw in iter_lines(handle, source, limits):
-        if number <= after:
-            continue
         where = f"{source} line {number}"
         try:
             text = raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
@@ -213,38 +211,28 @@ def _offer_lines(handle: Any, source: str, chooser: _Chooser, limits: Limits,
             raise UserError(f"{source}: more than {limits.max_spans:,} spans")
 
 
-def _side_counts(path: str | Path, cap: int, limits: Limits) -> tuple[int, int] | None:
-    """(spans it stands for, spans it keeps) of the side file of `path`, if it describes
-    `path` as it is now and keeps at least the `cap` longest (`timeline_side`); else None."""
-    try:
-        info = os.stat(path)
-        with open_input(timeline_side.side_path(path), "a timeline side file", limits) as f:
-            head = json.loads(f.readline(1024))
-    except (OSError, UserError, ValueError):
-        return None
-    if (type(head) is not dict or head.get("otel_rl_timeline") != timeline_side.VERSION
-            or head.get("size") != info.st_size or head.get("mtime_ns") != info.st_mtime_ns):
-        return None
-    total, kept = head.get("total"), head.get("kept")
-    if type(total) is not int or type(kept) is not int:
-        return None
-    return (total, kept) if cap <= kept < total <= limits.max_spans else None
-
-
 def _from_side(path: str | Path, cap: int, limits: Limits) -> TimelineSample | None:
-    """The timeline from the side file of `path`, checked as the spans file's lines are;
-    None when there is none that describes `path`, or it does not read back whole."""
-    counts = _side_counts(path, cap, limits)
-    if counts is None:
-        return None
-    total, kept = counts
+    """The timeline from the side file of `path` (`timeline_side`), its spans checked as the
+    spans file's lines are; None unless its header describes `path` as it is now and it keeps
+    at least the `cap` longest, and it reads back whole."""
     side = timeline_side.side_path(path)
     chooser = _Chooser(cap)
     skipped: list[str] = []
     try:
+        info = os.stat(path)
         with open_input(side, "a timeline side file", limits) as handle:
-            _offer_lines(handle, describe_path(side), chooser, limits, skipped, after=1)
-    except UserError:
+            head = json.loads(handle.readline(1024))
+            if (type(head) is not dict
+                    or head.get("otel_rl_timeline") != timeline_side.VERSION
+                    or head.get("size") != info.st_size
+                    or head.get("mtime_ns") != info.st_mtime_ns):
+                return None
+            total, kept = head.get("total"), head.get("kept")
+            if (type(total) is not int or type(kept) is not int
+                    or not cap <= kept < total <= limits.max_spans):
+                return None
+            _offer_lines(handle, describe_path(side), chooser, limits, skipped)
+    except (OSError, UserError, ValueError):
         return None
     if skipped or chooser.total != kept:
         return None

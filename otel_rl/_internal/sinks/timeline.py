@@ -60,27 +60,20 @@ class TimelineKeeper:
             if not records:
                 continue
             offset = batch.offset_ns
-            if (min(map(_START, records)) < -offset
-                    or max(map(_END, records)) > _LAST_NS - offset):
-                self._give_up()
+            if (min(map(_START, records)) < -offset or max(map(_END, records)) > _LAST_NS - offset
+                    or min(map(operator.sub, map(_END, records), map(_START, records))) < 0):
+                self.usable = False
+                self.heap.clear()
                 return
             resource: str | None = None
             for record in records:
                 sid, _, _, start, end, tid, _, extra = record
-                duration = end - start
-                if duration < floor:  # (most spans, once `cap` are kept)
-                    if duration < 0:
-                        self._give_up()
-                        return
-                    if not extra or not _aggregate(extra):
-                        seq += 1
-                    continue
-                if duration < 0:
-                    self._give_up()
-                    return
                 if extra and _aggregate(extra):
                     continue
                 seq += 1
+                duration = end - start
+                if duration < floor:  # (most spans, once `cap` are kept)
+                    continue
                 if resource is None:
                     resource = json_resource(batch.resource)
                 item = (duration, -start - offset, -sid, -seq,
@@ -93,10 +86,6 @@ class TimelineKeeper:
                     heapq.heapreplace(heap, item)
                     floor = heap[0][0]
         self.floor, self.seq = floor, seq
-
-    def _give_up(self) -> None:
-        self.usable = False
-        self.heap.clear()
 
     def side_file(self, spans_path: str, size: int, encoder: JsonEncoder) -> bytes | None:
         """The side file of `spans_path` (which this process wrote whole: `size` bytes), if
