@@ -30,6 +30,7 @@ from _report import finish
 from _stats import summarize_rounds
 from bench_sample_factory import (
     KEYS,
+    TREE,
     also,
     interleaved,
     measured,
@@ -95,7 +96,8 @@ def main() -> int:
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, args.envs, workdir),
                            rate="steps/s", others=others)
-    results = {"rounds": rounds, "steps": steps, "envs": args.envs, "runs": runs,
+    results = {"rounds": rounds, "steps": steps, "envs": args.envs, "cpu_method": TREE.method,
+               "runs": runs,
                **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 

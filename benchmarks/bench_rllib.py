@@ -12,7 +12,9 @@ time of each ``algo.train()`` call; iterations/s = iterations / their summed tim
 iteration left out (warm-up); and the CPU seconds (every thread) of the driver, the env runners
 and the Learner at the end of training, and per iteration of training alone (at the end minus
 once the algorithm is built), the steadier figures on a shared machine (Ray's own daemons
-and, under otel_rl, its collector actor are not counted). Ray's start and the algorithm's
+are not counted); and the CPU seconds of every process
+of the run, counted in a cgroup of its own (`_cpu.TreeCpu`: the driver, Ray's daemons and
+workers, and under ``otel-rl run`` the CLI). Ray's start and the algorithm's
 build are not counted (they are the same code either way, and their time is noise here).
 Once the algorithm is built, every RLlib process runs a full garbage collection, in both
 variants (``rllib_train.collect_everywhere``, which says why; ``--no-collect``: not).
@@ -32,18 +34,24 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 from _report import failed_checks_lines, finish
 from _stats import ratio_rows, summarize_rounds
-from bench_sample_factory import VARIANTS, also, interleaved, variants_argument, venv_python
+from bench_sample_factory import (
+    TREE,
+    VARIANTS,
+    also,
+    interleaved,
+    variants_argument,
+    venv_python,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(REPO, "tests", "frameworks", "rllib_train.py")
 #: The figures of a run, in the tables' order.
-KEYS = ("it_per_s", "train_cpu_s", "cpu_s", "wall_s")
+KEYS = ("it_per_s", "train_cpu_s", "cpu_s", "tree_cpu_s", "wall_s")
 SAMPLING = ("training_iteration", "training_step", "env_runner_sampling_timer", "sample")
 
 
@@ -74,10 +82,8 @@ def one_run(python: str, variant: str, iterations: int, workdir: str,
     if variant != "plain":
         argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python",
                 SCRIPT, results, str(iterations)]
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=1800)
-    wall = time.perf_counter() - start
+    done, tree_cpu, wall = TREE.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
+                                    stdin=subprocess.DEVNULL, timeout=1800)
     checks = []
     rows: list[dict[str, Any]] = []
     cpu_s = train_cpu = 0.0
@@ -104,7 +110,7 @@ def one_run(python: str, variant: str, iterations: int, workdir: str,
                           "env_runner_sampling_timer")
     timed = [row["seconds"] for row in rows[1:]]
     return {"it_per_s": len(timed) / sum(timed) if timed else 0.0, "cpu_s": cpu_s,
-            "train_cpu_s": train_cpu, "wall_s": wall, "checks": checks}
+            "train_cpu_s": train_cpu, "tree_cpu_s": tree_cpu, "wall_s": wall, "checks": checks}
 
 
 def render(results: dict[str, Any]) -> str:
@@ -117,14 +123,18 @@ def render(results: dict[str, Any]) -> str:
              f"iterations (first left out), {results['rounds']} interleaved rounds "
              f"(median, min–max){'' if results.get('collect', False) else ', no collection'}",
              "",
+             f"CPU of every process counted by {results.get('cpu_method', '-')}.", "",
              "| | iterations/s (algo.train()) | CPU s per iteration, training alone | "
-             "CPU s: driver + env runners + learner | wall s, whole run |",
-             "|---|---|---|---|---|"]
+             "CPU s: driver + env runners + learner | CPU s: every process of the run | "
+             "wall s, whole run |",
+             "|---|---|---|---|---|---|"]
     for variant in s:
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("it_per_s", 3),
                                                               ("train_cpu_s", 3),
-                                                              ("cpu_s", 1), ("wall_s", 1))]
+                                                              ("cpu_s", 1),
+                                                              ("tree_cpu_s", 1),
+                                                              ("wall_s", 1))]
         lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
     return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS)])
 
@@ -147,7 +157,8 @@ def main() -> int:
                            lambda variant: one_run(python, variant, iterations, workdir,
                                                    args.collect),
                            rate="it/s", others=also(args.also), key="it_per_s")
-    results = {"rounds": rounds, "iterations": iterations, "collect": args.collect, "runs": runs,
+    results = {"rounds": rounds, "iterations": iterations, "collect": args.collect,
+               "cpu_method": TREE.method, "runs": runs,
                **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 

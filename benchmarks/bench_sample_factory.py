@@ -7,8 +7,8 @@ workers x 8 envs, CPU), in the venv ``scripts/setup-frameworks.sh sf`` builds, w
 checkout's otel_rl installed there by a plain ``pip install``. Each round runs both variants
 in a shuffled order: plain, and under ``otel-rl run`` (default settings: the ``auto`` span
 policy, files in a temporary folder). Measured per run: Sample Factory's own final FPS
-(``Collected {0: N}, FPS: X``) and the user + system CPU seconds of every process of the run
-(``RUSAGE_CHILDREN`` around it: the runner, its workers and, under ``otel-rl run``, the CLI).
+(``Collected {0: N}, FPS: X``) and the CPU seconds of every process of the run, counted in a
+cgroup of its own (`_cpu.TreeCpu`: the runner, its workers and, under ``otel-rl run``, the CLI).
 Reported: medians (min-max) and the ratio of medians otel_rl / plain, with the spread of the
 per-round ratios, a 95 % interval of the ratio (rounds resampled whole: `_stats.py`) and the
 median of the per-round ratios. Checks: every run exits 0 and collects at least the steps
@@ -22,14 +22,13 @@ import fcntl
 import os
 import random
 import re
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from _cpu import TreeCpu
 from _report import failed_checks_lines, finish
 from _stats import ratio_rows, summarize_rounds
 
@@ -41,6 +40,8 @@ VARIANTS = {"otel_rl": {}, "spans_off": {"OTEL_RL_SPANS": "off"},
             "disabled": {"OTEL_RL_DISABLED": "true"}}
 #: What a real run measures, each round's row (this bench's and ML-Agents'; RLlib's has its own).
 KEYS = ("fps", "cpu_s", "wall_s")
+#: Measures each run's whole process tree.
+TREE = TreeCpu()
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
@@ -80,7 +81,7 @@ def measured(python: str, command: list[str], variant: str, workdir: str
              ) -> tuple[subprocess.CompletedProcess[str], float, float]:
     """Run ``python *command`` (plain, or under ``otel-rl run --output WORKDIR/otel-VARIANT``
     with the variant's settings, `VARIANTS`) in `workdir`: the finished process, the CPU
-    seconds of all its processes, the wall time."""
+    seconds of all its processes (`_cpu.TreeCpu`), the wall time until it ended."""
     bindir = os.path.dirname(python)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OTEL_"))}
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
@@ -90,14 +91,8 @@ def measured(python: str, command: list[str], variant: str, workdir: str
         env.update(VARIANTS[variant])
         out = os.path.join(workdir, f"otel-{variant}")
         argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python", *command]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=1800)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return done, cpu, wall
+    return TREE.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
+                    stdin=subprocess.DEVNULL, timeout=1800)
 
 
 def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, Any]:
@@ -128,8 +123,8 @@ def table(results: dict[str, Any], title: str, fps_label: str) -> str:
     names = {"plain": "plain", "otel_rl": "under `otel-rl run` (auto)",
              "spans_off": "under `otel-rl run`, `spans=off`",
              "disabled": "under `otel-rl run`, `disabled`"}
-    lines = [title, "", f"| | {fps_label} | CPU s, all processes | wall s |",
-             "|---|---|---|---|"]
+    lines = [title, "", f"CPU counted by {results.get('cpu_method', 'RUSAGE_CHILDREN')}.", "",
+             f"| | {fps_label} | CPU s, all processes | wall s |", "|---|---|---|---|"]
     for variant in s:
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
@@ -192,7 +187,8 @@ def main() -> int:
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, workdir),
                            others=others)
-    results = {"rounds": rounds, "steps": steps, "runs": runs, **summarize_rounds(runs, KEYS)}
+    results = {"rounds": rounds, "steps": steps, "cpu_method": TREE.method, "runs": runs,
+               **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 
 
