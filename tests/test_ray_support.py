@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import concurrent.futures
 import contextlib
 import sys
 import types
@@ -208,33 +207,43 @@ def test_an_actor_method_call_leaves_the_actor_to_its_handles() -> None:
             assert gone() is None
 
 
-class _Collector:
-    """What a worker's pushes reach: each push's meta, in order (a stand-in for the actor)."""
+class _Mailbox:
+    """What a worker's pushes reach: each push's meta, in order (a stand-in for the GCS
+    mailbox, `mailbox.Mailbox`)."""
 
     def __init__(self) -> None:
         self.metas: list[dict[str, Any]] = []
-        self.push = self
+        self.numbers: list[int] = []
 
-    def remote(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> Any:
+    def __call__(self, name: str) -> _Mailbox:  # the sink's `Mailbox(name)`
+        return self
+
+    def put(self, worker: str, n: int, meta: dict[str, Any], frames: list[bytes],
+            timeout: float) -> None:
         self.metas.append(dict(meta, frames=len(frames)))
-        answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        answer.set_result(False)  # the driver has not asked for a last delivery
-        return types.SimpleNamespace(future=lambda: answer)  # an ObjectRef's `future()`
+        self.numbers.append(n)
+
+    drains = 0  # the driver's takes that found something (`mailbox.Mailbox.state`)
+
+    def state(self, timeout: float) -> dict[str, Any]:
+        return {"final": False, "drains": self.drains}  # no last delivery asked for
 
 
 @pytest.fixture
-def pushes(monkeypatch: pytest.MonkeyPatch) -> tuple[RaySink, _Collector, list[int]]:
+def pushes(monkeypatch: pytest.MonkeyPatch) -> tuple[RaySink, _Mailbox, list[int]]:
     """A worker's RaySink over a stand-in of the few Ray calls it makes; [running, started]."""
-    collector = _Collector()
+    from otel_rl._internal.ray_support import sink as sink_module
+
+    mailbox = _Mailbox()
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(
         is_initialized=lambda: True,
-        get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "ab" * 14),
-        get_actor=lambda name, namespace=None: collector))
-    sink = RaySink("ray:/collector", Stats())
+        get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "ab" * 14)))
+    monkeypatch.setattr(sink_module, "Mailbox", mailbox)
+    sink = RaySink("ray:/run-mailbox", Stats())
     calls_now = [0, 0]
     sink.running = lambda: calls_now[0]
     sink.started = lambda: calls_now[1]
-    return sink, collector, calls_now
+    return sink, mailbox, calls_now
 
 
 def _flush(sink: RaySink, recorded: int) -> None:
@@ -243,37 +252,66 @@ def _flush(sink: RaySink, recorded: int) -> None:
 
 
 def test_a_push_says_busy_when_its_snapshot_caught_a_call_that_ended_since(
-        pushes: tuple[RaySink, _Collector, list[int]]) -> None:
+        pushes: tuple[RaySink, _Mailbox, list[int]]) -> None:
     """A call running as the snapshot is taken and ending before the push: the snapshot
     lacks its last blocks, so the push must say busy (the driver waits for the next one).
     Said idle, a driver ending the run then would never wait for those blocks."""
-    sink, collector, calls_now = pushes
+    sink, mailbox, calls_now = pushes
     calls_now[:] = [1, 1]  # a call started and runs...
     sink.send_snapshot({"pid": 1, "recorded": 5})  # type: ignore[typeddict-item]
     calls_now[0] = 0  # ...and ends before the push
     sink.after_flush()
-    assert collector.metas[-1]["busy"] is True
+    assert mailbox.metas[-1]["busy"] is True
     _flush(sink, 6)  # the next flush: nothing ran since, the push says idle
-    assert collector.metas[-1]["busy"] is False
-    assert len(collector.metas) == 2
+    assert mailbox.metas[-1]["busy"] is False
+    assert len(mailbox.metas) == 2
 
 
 def test_a_last_delivery_is_said_once_then_only_new_work_is_pushed(
-        pushes: tuple[RaySink, _Collector, list[int]]) -> None:
+        pushes: tuple[RaySink, _Mailbox, list[int]]) -> None:
     """After a final push (a process Ray is ending), flushes push nothing more unless calls
     ran: no Ray call while Ray tears the process down."""
-    sink, collector, calls_now = pushes
+    sink, mailbox, calls_now = pushes
     calls_now[:] = [0, 1]
     _flush(sink, 3)
     sink.final = True
     _flush(sink, 3)
-    assert [m["final"] for m in collector.metas] == [False, True]
+    assert [m["final"] for m in mailbox.metas] == [False, True]
     for _ in range(20):  # ticks past the every-8th snapshot too
         _flush(sink, 3)
-    assert len(collector.metas) == 2
+    assert len(mailbox.metas) == 2
     calls_now[1] = 2  # a call ran after all: it is pushed
     _flush(sink, 4)
-    assert len(collector.metas) == 3 and collector.metas[-1]["final"] is True
+    assert len(mailbox.metas) == 3 and mailbox.metas[-1]["final"] is True
+
+
+def test_a_worker_refuses_its_frames_past_the_cap_until_the_driver_takes(
+        pushes: tuple[RaySink, _Mailbox, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that takes nothing must not fill the GCS: past `WORKER_CAP` bytes put since the
+    driver's last take, a push carries only its meta, marked refused (the driver counts its
+    records lost); once the worker sees the driver's count of takes move, frames go again."""
+    from otel_rl._internal.ray_support import sink as sink_module
+
+    sink, mailbox, calls_now = pushes
+    calls_now[:] = [0, 1]
+    monkeypatch.setattr(sink_module, "WORKER_CAP", 1)  # any frame is past it...
+    monkeypatch.setattr(sink_module.relay, "encode_columns", lambda batch: b"x" * 10)
+    batch = types.SimpleNamespace(records=[object()])
+
+    def push(recorded: int) -> dict[str, Any]:
+        sink.export([batch], 0.0)  # type: ignore[list-item]
+        _flush(sink, recorded)
+        return mailbox.metas[-1]
+
+    first = push(1)  # ...but a push with nothing waiting before it goes whole
+    assert "refused" not in first and first["frames"] == 2 and first["records"] == 1
+    second = push(2)
+    assert second["refused"] is True and second["frames"] == 0 and second["records"] == 1
+    mailbox.drains = 1  # the driver took what waited
+    assert push(3)["refused"] is True  # decided before this push's reply showed the take
+    fourth = push(4)
+    assert "refused" not in fourth and fourth["frames"] == 2
+    assert mailbox.numbers == sorted(set(mailbox.numbers))  # each put its own, in order
 
 
 @contextlib.contextmanager
@@ -385,3 +423,67 @@ def test_interleaved_async_calls_from_one_block_each_nest_on_their_own() -> None
     assert {spans[i].parent_span_id for i in outer} == {f"{0xCA11E2:016x}"}
     inner = [s.parent_span_id for s in spans.values() if s.name == "inner"]
     assert sorted(inner) == sorted(outer)  # each under its own call's block
+
+
+class _FakeGcs:
+    """The few calls of Ray's GCS client the mailbox makes, over a dict; `failing` keys
+    cannot be removed (an RPC that times out)."""
+
+    def __init__(self) -> None:
+        self.store: dict[bytes, bytes] = {}
+        self.failing: set[bytes] = set()
+
+    def internal_kv_put(self, key: bytes, value: bytes, overwrite: bool, namespace: bytes,
+                        timeout: int) -> int:
+        self.store[namespace + b"\0" + key] = value
+        return 1
+
+    def internal_kv_get(self, key: bytes, namespace: bytes, timeout: int) -> bytes | None:
+        return self.store.get(namespace + b"\0" + key)
+
+    def internal_kv_keys(self, prefix: bytes, namespace: bytes, timeout: int) -> list[bytes]:
+        head = namespace + b"\0"
+        keys = [k[len(head):] for k in self.store if k.startswith(head + prefix)]
+        return keys[::-1]  # in no particular order
+
+    def internal_kv_multi_get(self, keys: list[bytes], namespace: bytes,
+                              timeout: int) -> dict[bytes, bytes]:
+        return {k: self.store[namespace + b"\0" + k] for k in keys}
+
+    def internal_kv_del(self, key: bytes, by_prefix: bool, namespace: bytes,
+                        timeout: int) -> int:
+        if key in self.failing:
+            raise TimeoutError("GCS did not answer")
+        full = namespace + b"\0" + key
+        gone = [k for k in self.store if (k.startswith(full) if by_prefix else k == full)]
+        for k in gone:
+            del self.store[k]
+        return len(gone)
+
+
+def test_the_mailbox_takes_each_push_once_in_its_workers_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pushes come back per worker in the order made (numbers sort past 9, 99...), each once:
+    a removal that fails leaves it and what follows for the next take, never read twice; the
+    run's end removes every entry, the driver's word included."""
+    from otel_rl._internal.ray_support import mailbox
+
+    gcs = _FakeGcs()
+    monkeypatch.setattr(mailbox, "_client", lambda: gcs)
+    box = mailbox.Mailbox("run-1")
+    box.say(1.0, final=False, drains=0)
+    for n in range(12):
+        for worker in ("node:7", "node:8"):
+            box.put(worker, n, {"seq": n}, [b"\x00\x00\x00\x01\x03" + bytes([n])], 1.0)
+    gcs.failing = {b"run-1/p/node:8/%012d" % 10}
+    first = box.take(1.0)
+    taken = [(w, mailbox.decode(v)[0]["seq"]) for w, v in first]
+    assert taken == [("node:7", n) for n in range(12)] + [("node:8", n) for n in range(10)]
+    assert mailbox.decode(first[0][1]) == ({"seq": 0}, b"\x00\x00\x00\x01\x03\x00")
+    gcs.failing = set()
+    assert [(w, mailbox.decode(v)[0]["seq"]) for w, v in box.take(1.0)] == [("node:8", 10),
+                                                                              ("node:8", 11)]
+    assert box.take(1.0) == [] and box.state(1.0) == {"final": False, "drains": 0}
+    box.put("node:7", 12, {"seq": 12}, [], 1.0)
+    box.clear(1.0)
+    assert gcs.store == {} and box.state(1.0) == {}

@@ -415,8 +415,8 @@ def _with_it(summary: dict[str, Any], slots: list[int], received: dict[int, int]
 
 
 def _elsewhere(summary: dict[str, Any], slots: list[int]) -> None:
-    """Ray workers deliver only to the driver, through a collector that ends with it (Ray ends
-    the job's workers too): what they had reported recorded and not delivered is lost
+    """Ray workers deliver only to the driver, through a mailbox only it reads (Ray ends the
+    job's workers with it): what they had reported recorded and not delivered is lost
     ("killed worker"), for every sink."""
     lost = max(0, slots[_ELSEWHERE] - 1)
     if not lost:

@@ -120,7 +120,7 @@ def _flatten(snapshot: Snapshot) -> Iterable[Snapshot]:
 def received_contributions(contributions: Iterable[Contribution]) -> None:
     """Contributions as read from the wire (JSON): each `tree`, a `NodeDict` there, becomes
     its node, read by `Tree.from_dict` (which checks it: a bad one raises `UserError`). In
-    place, once, where the JSON is read: the relay, Ray's collector, an aggregate span."""
+    place, once, where the JSON is read: the relay, the Ray driver's mailbox, an aggregate span."""
     from otel_rl._internal.tree import Tree
 
     for contribution in contributions:

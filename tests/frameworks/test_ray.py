@@ -201,6 +201,16 @@ def test_ray_driver_joining_a_running_cluster(ray_venv: Venv, tmp_path: Path) ->
                          RAY_AUTH_MODE="disabled")
         assert _result(done)["hook"] == "ran"
         _check_calls_tree(load(out / "timers.json"))
+        # The run's mailbox lived in the cluster's GCS (no process of otel_rl's there): the
+        # driver removed its entries at its end, its word to the workers included (a push a
+        # worker made after that, before Ray ended it, is all that may stay: not read).
+        left = ray_venv.run(ray_venv.python, "-c", (
+            "import ray; from ray.experimental.internal_kv import _internal_kv_list; "
+            f"ray.init(address='127.0.0.1:{port}', log_to_driver=False); "
+            "keys = _internal_kv_list(b'', namespace=b'otel_rl'); "
+            "print('STATE', sum(k.endswith(b'/state') for k in keys), 'PUSHES', len(keys))"),
+            cwd=tmp_path, timeout=120, RAY_AUTH_MODE="disabled")
+        assert "STATE 0 " in left.stdout, (left.stdout[-1000:], left.stderr[-2000:])
 
 
 #: Ray's client proxier starts each connection's server with ``subprocess.Popen`` from a

@@ -5,13 +5,15 @@ Modules (imports point down this list, never back up):
 - `patches`: what is patched in Ray. Installed when ``ray`` is imported in a process where
   otel_rl propagates (`propagation` patches on import: the driver after `otel_rl.configure()`
   or under ``otel-rl run``), and by `worker.join` in every Ray worker process of the run.
-- `driver`: the run's side in the driver: the job's setup hook, the collector actor, the
+- `driver`: the run's side in the driver: the job's setup hook, taking from the mailbox, the
   `driver.Ledger` of deliveries and losses.
 - `worker`: a Ray worker process joining the run, its role.
 - `client`: a driver on Ray Client (``ray://``): its one submission point, the setup hook
   stored through the client.
 - `calls`: the per-call carrier, its submit side and its execute side.
 - `sink`: a worker's delivery to the driver through Ray.
+- `mailbox`: where workers' pushes wait for the driver: the run's entries in the GCS's
+  key-value store.
 - `_shim`: what Ray ships to workers by value (works where otel_rl is not installed).
 
 Internal API for framework integrations (the RLlib module builds on it):

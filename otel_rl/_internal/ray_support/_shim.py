@@ -1,7 +1,7 @@
 """The part of otel_rl's Ray support that Ray ships to its workers *by value*.
 
-Ray pickles the job's ``worker_process_setup_hook``, the collector actor's class and the
-flush function `ray.kill` runs first with cloudpickle; this module is registered with
+Ray pickles the job's ``worker_process_setup_hook`` and the flush function `ray.kill` runs
+first with cloudpickle; this module is registered with
 ``ray.cloudpickle.register_pickle_by_value``, so none of that needs otel_rl to be importable
 on the worker's machine. Hence: standard library only, nothing imported from otel_rl at
 module level, and no module state (each function is unpickled with its own globals).
@@ -131,40 +131,3 @@ def _entry_point() -> Any:
     import importlib
 
     return importlib.import_module("otel_rl._internal.ray_support.worker")
-
-
-class Collector:
-    """The run's mailbox on the driver's node: workers push frames, the driver drains them.
-
-    Bounded: past `cap` bytes waiting, a push's frames are refused (the push says how many
-    records they held, so the driver counts them lost). A push returns whether the driver
-    has asked every worker for a last delivery (`request_final`)."""
-
-    def __init__(self, cap: int) -> None:
-        try:
-            _entry_point().leave()
-        except Exception:
-            pass
-        self._items: list[tuple[str, dict[str, Any], list[bytes]]] = []
-        self._bytes = 0
-        self._cap = cap
-        self._final = False
-
-    def push(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> bool:
-        size = sum(len(frame) for frame in frames)
-        if frames and self._bytes + size > self._cap:
-            meta = dict(meta, refused=True)
-            frames = []
-            size = 0
-        self._items.append((key, meta, frames))
-        self._bytes += size
-        return self._final
-
-    def drain(self) -> list[tuple[str, dict[str, Any], list[bytes]]]:
-        items, self._items = self._items, []
-        self._bytes = 0
-        return items
-
-    def request_final(self) -> bool:
-        self._final = True
-        return True

@@ -3,10 +3,10 @@
 `ray.init` (patched) adds the run's ``worker_process_setup_hook`` to the job's runtime_env
 (chaining the program's own hook), so every worker process of the job joins the run, on a
 local instance and on a cluster that was already running alike (raylet never needs the
-driver's environment). Right after, it starts the run's collector actor on the driver's own
-node (no CPU reserved). Every flush the driver drains the collector (`feed`) into the
-pipeline, exactly as records relayed by forked workers, and keeps each worker's latest
-snapshot for the whole-run tree.
+driver's environment). Right after, it opens the run's mailbox in the GCS's key-value store
+(`mailbox`: no process of its own). Every flush the driver takes what workers put there
+(`feed`) into the pipeline, exactly as records relayed by forked workers, and keeps each
+worker's latest snapshot for the whole-run tree.
 
 At `ray.shutdown` (and `ray.kill` of an actor, and the run's own shutdown) the driver asks
 for a last delivery: every worker answers with its next push (at most a flush interval
@@ -22,12 +22,11 @@ import uuid
 from typing import Any
 
 from otel_rl._internal import relay, semconv, wholerun
-from otel_rl._internal.ray_support import _shim, calls, client
+from otel_rl._internal.ray_support import _shim, client
+from otel_rl._internal.ray_support.mailbox import Mailbox, decode
 from otel_rl._internal.runtime import Runtime
 
-#: Bytes of pushed frames the collector holds between two drains before refusing more.
-COLLECTOR_CAP = 256 * 1024 * 1024
-#: Seconds a drain of the collector may take.
+#: Seconds a take from the mailbox may take.
 DRAIN_TIMEOUT = 10.0
 #: A Ray worker's flush interval at most (seconds): a worker that Ray ends when idle has
 #: delivered everything by then, and one killed during a call loses at most that call plus
@@ -99,10 +98,12 @@ class Driver:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.name = f"otel_rl-collector-{rt.run_id}-{uuid.uuid4().hex[:8]}"
-        self.handle: Any = None
+        self.name = f"{rt.run_id}-{uuid.uuid4().hex[:8]}"
+        self.mailbox: Mailbox | None = None  # open once Ray is up
         self.ledger = Ledger()
         self.finished = False
+        self._final = False
+        self._drains = 0
         self._lock = threading.Lock()
 
     # -- joining ------------------------------------------------------------------------------
@@ -116,7 +117,6 @@ class Driver:
             "path": [], "pid": rt.pid, "tid": rt.run_stack.tid if rt.run_stack else 0,
             "run_id": rt.run_id, "role": None, "index": None,
             "run": [f"{rt.root_run[0]:032x}", f"{rt.root_run[1]:016x}"], "t0": rt.t0_ns,
-            # The collector is looked up in the job's own namespace (the worker's).
             "relay": f"ray:/{self.name}",
             "settings": {name: getattr(rt.settings, name) for name in CARRIED},
         }
@@ -158,50 +158,45 @@ class Driver:
         exported = export_setup_func_callable({}, hook, ray_worker.global_worker)
         return {"env_vars": {variable: exported["env_vars"][variable]}}
 
-    def start_collector(self) -> None:
-        import ray
-
-        context = ray.get_runtime_context()
-        collector = ray.remote(num_cpus=0, max_restarts=0)(_shim.Collector)
-        with calls.internal():
-            self.handle = self._create(collector, context)
+    def open_mailbox(self) -> None:
+        """Open the run's mailbox (Ray is up): workers may put into it from now on."""
+        mailbox = Mailbox(self.name)
+        mailbox.say(DRAIN_TIMEOUT, final=False, drains=0)
+        self.mailbox = mailbox
         self.rt.stats.ledger.held_elsewhere(0)  # (a killed driver's count is a lower bound now)
-
-    def _create(self, collector: Any, context: Any) -> Any:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        if client.connected():  # the driver is outside the cluster: any node will do
-            return collector.options(name=self.name, lifetime=None).remote(COLLECTOR_CAP)
-        return collector.options(
-            name=self.name, lifetime=None,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(),
-                                                               soft=False),
-        ).remote(COLLECTOR_CAP)
 
     # -- receiving ----------------------------------------------------------------------------
     def feed(self, deadline: float) -> None:
         """Take what workers pushed since the last feed into the run (flush thread)."""
-        handle = self.handle
-        if handle is None or self.finished:
+        mailbox = self.mailbox
+        if mailbox is None or self.finished:
             return
         import ray
 
         with self._lock:
             if not ray.is_initialized():
                 return
+            timeout = max(0.1, min(DRAIN_TIMEOUT, deadline - time.monotonic()))
+            items: list[tuple[str, bytes]] = []
             try:
-                with calls.internal():
-                    ref = handle.drain.remote()
-                items = ray.get(ref, timeout=max(0.1, min(DRAIN_TIMEOUT,
-                                                          deadline - time.monotonic())))
+                items = mailbox.take(timeout)
+                if items:  # the workers' bound on what waits starts again (`mailbox`)
+                    self._drains += 1
+                    mailbox.say(timeout, final=self._final, drains=self._drains)
             except Exception as exc:
-                self.rt.stats.warn_once("ray-drain", f"cannot drain the Ray collector: {exc!r}")
-                return
-            for key, meta, frames in items:
-                self._ingest(key, meta, frames)
+                self.rt.stats.warn_once("ray-drain", f"cannot take from the Ray mailbox: {exc!r}")
+                if not items:
+                    return
+            for key, value in items:
+                self._ingest(key, value)
             self.rt.stats.ledger.held_elsewhere(self.ledger.held())
 
-    def _ingest(self, key: str, meta: dict[str, Any], frames: list[bytes]) -> None:
+    def _ingest(self, key: str, value: bytes) -> None:
+        try:
+            meta, frames = decode(value)
+        except Exception as exc:
+            self.rt.stats.warn_once("ray-frame", f"ignoring a malformed push from {key}: {exc!r}")
+            return
         ledger, rt = self.ledger, self.rt
         state = ledger.state(key)
         ledger.pushes += 1
@@ -217,12 +212,14 @@ class Driver:
         if meta.get("refused"):
             state.refused += records
             ledger.refused += records
-            rt.stats.add_dropped("buffer full", records, None, "the Ray collector was full")
+            rt.stats.add_dropped("buffer full", records, None, "the Ray mailbox was full")
             rt.stats.ledger.taken(0, outside=records)  # (never records of this process)
             return
-        for frame in frames:
-            length, kind = relay.FRAME_HEADER.unpack_from(frame)
-            body = frame[relay.FRAME_HEADER.size:relay.FRAME_HEADER.size + length]
+        at = 0
+        while at + relay.FRAME_HEADER.size <= len(frames):
+            length, kind = relay.FRAME_HEADER.unpack_from(frames, at)
+            body = frames[at + relay.FRAME_HEADER.size:at + relay.FRAME_HEADER.size + length]
+            at += relay.FRAME_HEADER.size + length
             try:
                 if kind == relay.KIND_COLUMNS:
                     batch = relay.decode_columns(body)
@@ -251,7 +248,8 @@ class Driver:
     def finish(self, deadline: float, reason: str) -> None:
         """Ask every worker for a last delivery and wait for the busy ones (bounded); count
         the ones that never answer as lost."""
-        if self.handle is None or self.finished:
+        mailbox = self.mailbox
+        if mailbox is None or self.finished:
             return
         import ray
 
@@ -259,18 +257,21 @@ class Driver:
             self.finished = True
             return
         wait_until = min(deadline, time.monotonic() + WORKER_FLUSH_INTERVAL + 3.0)
+        self._final = True
         try:
-            with calls.internal():
-                ref = self.handle.request_final.remote()
-            ray.get(ref,
-                    timeout=max(0.1, wait_until - time.monotonic()))
+            mailbox.say(max(0.1, wait_until - time.monotonic()), final=True,
+                        drains=self._drains)
         except Exception as exc:
-            self.rt.stats.warn_once("ray-final", f"cannot reach the Ray collector: {exc!r}")
+            self.rt.stats.warn_once("ray-final", f"cannot reach the Ray mailbox: {exc!r}")
         self.feed(deadline)
         while self.ledger.waiting() and time.monotonic() < wait_until:
             time.sleep(0.1)
             self.feed(deadline)
         self.finished = True
+        try:  # what a worker puts from now on is not read: leave nothing in the GCS
+            mailbox.clear(max(0.1, min(DRAIN_TIMEOUT, deadline - time.monotonic())))
+        except Exception:
+            pass
         self._count_lost(reason)
         self.rt.stats.ledger.held_elsewhere(None)  # (nothing comes from Ray workers any more)
 

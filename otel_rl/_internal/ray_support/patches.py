@@ -78,7 +78,7 @@ def _join_running() -> None:
         if on_client:  # Ray Client (``ray://``): its own submission point
             client.patch_submit()
         calls.set_late_env(driver.late_runtime_env(), on_client)
-        driver.start_collector()
+        driver.open_mailbox()
     except Exception as exc:
         calls.set_late_env(None)
         rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
@@ -129,13 +129,13 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
                 result = original(*args, **given)
         if driver is not None:
             try:
-                driver.start_collector()
+                driver.open_mailbox()
                 _driver = driver
                 calls.joined = True
                 rt.feeds.append(driver.feed)
                 rt.finishers.append(lambda deadline: driver.finish(deadline, "at the run's end"))
             except Exception as exc:
-                rt.stats.warn_once("ray-collector", f"cannot start the Ray collector: {exc!r}")
+                rt.stats.warn_once("ray-mailbox", f"cannot open the Ray mailbox: {exc!r}")
         return result
 
     return init

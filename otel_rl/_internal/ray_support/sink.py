@@ -1,33 +1,34 @@
-"""A Ray worker's delivery to the driver: one push to the run's collector actor per flush.
+"""A Ray worker's delivery to the driver: one push into the run's mailbox per flush.
 
-Ray's own channel, so it works from any node (no socket, file or clock shared with the
-driver). The frames are the relay's (records as column frames, the tree snapshot as a
-snapshot frame); the collector only holds them until the driver drains it.
+Ray's own channel (the GCS's key-value store, `mailbox`), so it works from any node (no
+socket, file or clock shared with the driver). The frames are the relay's (records as column
+frames, the tree snapshot as a snapshot frame); the mailbox only holds them until the driver
+takes them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from otel_rl._internal import relay
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.ray_support.mailbox import WORKER_CAP, Mailbox
 from otel_rl._internal.relay import RelayClient
 from otel_rl._internal.sinks.base import Stats
 from otel_rl._internal.wholerun import Snapshot
 
-#: The prefix of a joining carrier's ``relay`` that names a Ray collector, not a socket.
+#: The prefix of a joining carrier's ``relay`` that names a Ray mailbox, not a socket.
 RELAY_PREFIX = "ray:"
 #: Seconds a push may take before its records are counted lost.
 PUSH_TIMEOUT = 10.0
 
 
 class RaySink(RelayClient):
-    """A Ray worker's end of the delivery: one push to the run's collector per flush.
+    """A Ray worker's end of the delivery: one push into the run's mailbox per flush.
 
     A push carries the worker's key (node id : pid), the frames (records as relay column
     frames, the snapshot as a relay snapshot frame), and ``meta``: a sequence number, the
@@ -38,14 +39,17 @@ class RaySink(RelayClient):
     name = "ray"
 
     def __init__(self, address: str, stats: Stats) -> None:  # no socket: see RelayClient
-        namespace, _, collector = address[len(RELAY_PREFIX):].partition("/")
         self.address = address
-        self._namespace = namespace or None
-        self._collector = collector
+        self._mailbox_name = address[len(RELAY_PREFIX):].partition("/")[2]
         self._stats = stats
         self._lock = threading.Lock()
         self._broken = False
-        self._handle: Any = None
+        self._mailbox: Mailbox | None = None
+        self._puts = itertools.count()  # every put's number (pushes and notices alike)
+        #: Bytes put since the driver's last take (as its `drains` count says): at
+        #: `mailbox.WORKER_CAP` a push's frames are refused (their records counted lost).
+        self._waiting_bytes = 0
+        self._drains_seen = -1
         self.on_broken = None  # the Unix relay's fallback: Ray reports its own failures
         self._frames: list[bytes] = []
         self._records = 0
@@ -64,26 +68,23 @@ class RaySink(RelayClient):
         self._ticks = 0
         self._connect_lock = threading.Lock()
         self.pushes = 0
-        #: Set in the collector's own process: it delivers nothing (it would push to itself).
-        self.left = False
-        #: Calls running now and started so far, what starts a flush at once, and what marks
-        #: otel_rl's own Ray calls (set by `worker.join`).
+        #: Calls running now and started so far, and what starts a flush at once (set by
+        #: `worker.join`).
         self.running: Callable[[], int] = lambda: 0
         self.started: Callable[[], int] = lambda: 0
         self.wake: Callable[[], None] = lambda: None
-        self.calls_internal: Callable[[], Any] = contextlib.nullcontext
 
-    def _connect(self) -> Any:
+    def _connect(self) -> Mailbox | None:
         with self._connect_lock:
-            if self._handle is None:
+            if self._mailbox is None:
                 import ray
 
                 if not ray.is_initialized():
                     return None
                 node = ray.get_runtime_context().get_node_id()
                 self.key = f"{node[:12]}:{os.getpid()}"
-                self._handle = ray.get_actor(self._collector, namespace=self._namespace)
-            return self._handle
+                self._mailbox = Mailbox(self._mailbox_name)
+            return self._mailbox
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         for batch in batches:
@@ -100,23 +101,21 @@ class RaySink(RelayClient):
         self._push()
 
     def note_busy(self) -> None:
-        """A call starts: if the last push said idle, tell the driver now (not waited for),
-        so a worker killed before its next push is counted lost, not presumed idle."""
-        if self._last_busy or self._notified_busy or self.left:
+        """A call starts: if the last push said idle, tell the driver now (one put before the
+        call goes on), so a worker killed before its next push is counted lost, not presumed
+        idle."""
+        if self._last_busy or self._notified_busy:
             return
         self._notified_busy = True
         try:
-            handle = self._connect()
-            if handle is not None:
-                with self.calls_internal():
-                    handle.push.remote(self.key,
-                                       {"seq": self.seq, "busy": True, "notice": True}, [])
+            mailbox = self._connect()
+            if mailbox is not None:
+                mailbox.put(self.key, next(self._puts),
+                            {"seq": self.seq, "busy": True, "notice": True}, [], PUSH_TIMEOUT)
         except Exception:
             pass
 
     def _push(self, timeout: float = PUSH_TIMEOUT) -> None:
-        if self.left:
-            return
         with self._lock:
             started, started_before = self.started(), self._started_at_snapshot
             running_before = self._running_at_snapshot
@@ -128,11 +127,12 @@ class RaySink(RelayClient):
             # process ending gracefully: no push needed while Ray tears it down).
             final = self.final and not self._final_said
             # Nothing ran since a push that said idle: skip (a snapshot every 8th tick anyway,
-            # until a last delivery was said). A push that said busy is always followed by one
-            # more (saying idle, or not).
-            quiet = (not records and not final and not self._answering
+            # until a last delivery was said or asked for: the driver is ending, and what is
+            # put after its end stays unread in the GCS). A push that said busy is always
+            # followed by one more (saying idle, or not); an idle worker has nothing to answer.
+            quiet = (not records and not final
                      and not self._last_busy and started_before == self._started_pushed
-                     and (self._ticks % 8 or self._final_said))
+                     and (self._ticks % 8 or self._final_said or self._answering))
             if quiet or (snapshot is None and not frames and not final):
                 return
             if not started and not records and not final and not self._answering:
@@ -145,24 +145,36 @@ class RaySink(RelayClient):
             # may have ended since, its last blocks not in this push: the driver waits for more).
             busy = self.running() > 0 or started != started_before or running_before > 0
             try:
-                handle = self._connect()
-                if handle is None:
+                mailbox = self._connect()
+                if mailbox is None:
                     raise RuntimeError("not connected to Ray")
                 self.seq += 1
                 meta = {"seq": self.seq, "records": records, "busy": busy,
                         "answer": self._answering, "final": self.final, "pid": os.getpid(),
                         "index_given": self.index_given}
-                # Waited on through the reference's future, not `ray.get`: in an async
-                # actor's process Ray warns of any `ray.get` ("Using blocking ray.get inside
-                # async actor..."), once, and stays quiet about the program's own after it.
-                asked = handle.push.remote(self.key, meta, frames).future().result(
-                    timeout=max(0.1, timeout))
-                self.pushes += 1
+                size = sum(len(frame) for frame in frames)
+                if frames and self._waiting_bytes and self._waiting_bytes + size > WORKER_CAP:
+                    # The driver takes nothing: keep the GCS bounded (it counts them lost).
+                    meta["refused"] = True
+                    frames, size = [], 0
+                deadline = time.monotonic() + timeout
+                mailbox.put(self.key, next(self._puts), meta, frames, timeout)
             except Exception as exc:
                 self._stats.warn_once("ray-push", f"cannot deliver to the driver: {exc!r}")
                 self._stats.add_dropped("unreachable", records, None,
-                                        "the driver's Ray collector")
+                                        "the driver's Ray mailbox")
                 return
+            self.pushes += 1
+            self._waiting_bytes += size
+            try:  # delivered; what the driver says back is read after it
+                said = mailbox.state(max(0.1, deadline - time.monotonic()))
+            except Exception as exc:
+                self._stats.warn_once("ray-state", f"cannot read the driver's word: {exc!r}")
+                said = {"drains": self._drains_seen}
+            drains = int(said.get("drains") or 0)
+            if drains != self._drains_seen:  # the driver took what waited (this push, maybe)
+                self._drains_seen, self._waiting_bytes = drains, size
+            asked = bool(said.get("final"))
             self._started_pushed = started_before
             self._final_said = self._final_said or self.final
             self._last_busy = busy

@@ -2,11 +2,11 @@
 
 A worker joins when the job's ``worker_process_setup_hook`` (see `_shim.setup_hook`) runs
 `join` with the run's joining carrier: the run id, the run span, the settings carried to
-workers, and ``relay = "ray:<namespace>/<collector>"``. It becomes an otel_rl worker like a
+workers, and ``relay = "ray:/<mailbox>"``. It becomes an otel_rl worker like a
 forked one, with three differences: its clock offset is its own (nothing about clocks is
 taken from the driver: the carrier has none, so `Runtime` measures it here), its records go to
-`RaySink` (Ray's own channel to the driver: pushes to the collector actor) instead of a Unix
-socket, and each call it runs carries its own caller's context (`calls`).
+`RaySink` (Ray's own channel to the driver: pushes into the run's mailbox in the GCS) instead
+of a Unix socket, and each call it runs carries its own caller's context (`calls`).
 
 Delivery is periodic, never left to exit handlers: every flush interval the worker pushes
 its cumulative tree snapshot and the records drained since the last push, and waits for the
@@ -67,7 +67,6 @@ def join(joining: dict[str, str]) -> bool:
     if isinstance(sink, RaySink):
         sink.running = calls.calls_running
         sink.started = calls.calls_started
-        sink.calls_internal = calls.internal
         sink.wake = rt.pipeline.wake.set
         calls.on_call_start = sink.note_busy
     return True
@@ -118,14 +117,6 @@ def flush_now(final: bool) -> str | None:
     # them): push those now, as the process may end right after this.
     sink.push_rest(deadline)
     return sink.key
-
-
-def leave() -> None:
-    """This process hosts the run's collector: it delivers nothing (it would push to itself)."""
-    rt = runtime.active()
-    sink = rt.relay_client if rt is not None else None
-    if isinstance(sink, RaySink):
-        sink.left = True
 
 
 def _patch_actor_shutdown() -> None:
