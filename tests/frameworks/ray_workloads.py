@@ -594,7 +594,56 @@ def driver_killed(out: str, address: str | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-SCENARIOS = {"calls": calls, "losses": losses, "multinode": multinode, "late": late,
+@ray.remote
+def job_facts() -> dict[str, Any]:
+    """What a worker process knows of its start: the job's runtime_env (empty: Ray started
+    it without ``setup_worker.py``) and whether it joined the run."""
+    joined = False
+    if "otel_rl._internal.ray_support.calls" in sys.modules:
+        joined = sys.modules["otel_rl._internal.ray_support.calls"].joined
+    with timer("job_step"):
+        pass
+    return {"runtime_env": dict(ray.get_runtime_context().runtime_env or {}), "joined": joined,
+            "pid": os.getpid()}
+
+
+#: A second, plain driver on the instance the first one started (another job).
+OTHER_JOB = """
+import json, ray, sys
+sys.path.insert(0, sys.argv[1])
+from ray_workloads import job_facts
+ray.init(address="auto", include_dashboard=False, log_to_driver=False)
+print("OTHER " + json.dumps(ray.get([job_facts.remote() for _ in range(2)])), flush=True)
+ray.shutdown()
+"""
+
+
+def raylet_hook(out: str, address: str | None) -> None:
+    """A local instance with no runtime_env of the program's: the run's hook is in the
+    raylet's environment, the job's runtime_env stays empty; another job's workers on the same
+    instance do not join the run."""
+    import subprocess
+
+    from ray._private import ray_constants
+
+    ray.init(num_cpus=2, **RAY_INIT)
+    variable = ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
+    facts: dict[str, Any] = {"raylet_hook": raylet_env(variable), "left": os.environ.get(variable),
+                             "job_env": dict(ray.get_runtime_context().runtime_env or {})}
+    with timer("iteration"):
+        with timer("ours"):
+            facts["ours"] = ray.get([job_facts.remote() for _ in range(2)])
+        with timer("other_job"):
+            other = subprocess.run([sys.executable, "-c", OTHER_JOB,
+                                    os.path.dirname(os.path.abspath(__file__))],
+                                   capture_output=True, text=True, timeout=300)
+    lines = [line for line in other.stdout.splitlines() if line.startswith("OTHER ")]
+    facts["other"] = json.loads(lines[0][6:]) if lines else other.stderr[-2000:]
+    ray.shutdown()
+    result(**facts)
+
+
+SCENARIOS = {"raylet_hook": raylet_hook, "calls": calls, "losses": losses, "multinode": multinode, "late": late,
              "endings": endings, "generators": generators, "serve": serve,
              "driver_killed": driver_killed}
 

@@ -317,6 +317,31 @@ def test_ray_generator_calls_run_under_the_callers_block(ray_venv: Venv,
     assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
 
 
+def test_ray_local_instance_hook_in_the_raylets_environment(ray_venv: Venv,
+                                                           tmp_path: Path) -> None:
+    """A local instance the program gives no runtime_env: the run's setup hook is in the
+    raylet's environment (not the job's runtime_env, which would make Ray start each worker
+    through ``setup_worker.py``), the program's environment is as it was, the job's workers
+    join the run under the calling block, and a second job's workers on that instance (a plain
+    driver the program starts) run its calls without joining."""
+    done, out = _run(ray_venv, tmp_path, "raylet_hook")
+    facts = _result(done)
+    assert str(facts["raylet_hook"]).startswith("ray_runtime_env_func::")
+    assert facts["left"] is None and facts["job_env"] == {}
+    assert [f["runtime_env"] for f in facts["ours"]] == [{}, {}]
+    assert [f["joined"] for f in facts["ours"]] == [True, True]
+    assert isinstance(facts["other"], list), facts["other"]
+    assert [f["joined"] for f in facts["other"]] == [False, False]
+    tree = load(out / "timers.json")
+    assert "complete" not in tree, tree.get("notes")
+    found = counts(tree)
+    assert found[("iteration", "ours", "job_step")] == (2, True)
+    # The other job's blocks are its own (its driver process is the run's, through the
+    # subprocess it is; its Ray workers are not).
+    assert not [p for p in found if p[-1] == "job_step" and p[:2] != ("iteration", "ours")]
+    assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
+
+
 def test_ray_serve_handle_calls_run_under_the_callers_block(ray_venv: Venv,
                                                             tmp_path: Path) -> None:
     """Ray Serve: an async ingress deployment calling a sync model deployment through its

@@ -22,18 +22,24 @@ KEY = "__otel_rl_ctx__"
 MARK = "\x1fotel_rl\x1f"
 
 
-def make_setup_hook(joining: dict[str, str], user_hook: Any = None) -> Any:
-    """The job's setup hook for the run `joining` describes (a named function: Ray wants one)."""
+def make_setup_hook(joining: dict[str, str], user_hook: Any = None, job: str | None = None
+                    ) -> Any:
+    """The job's setup hook for the run `joining` describes (a named function: Ray wants one);
+    `job`: the job's id (hex), where the hook reaches every worker of the instance (raylet's
+    environment: `driver.Driver.raylet_hook`) and only the job's may join."""
 
     def otel_rl_setup_hook() -> None:
-        setup_hook(joining, user_hook)
+        setup_hook(joining, user_hook, job)
 
     return otel_rl_setup_hook
 
 
-def setup_hook(joining: dict[str, str], user_hook: Any = None) -> None:
+def setup_hook(joining: dict[str, str], user_hook: Any = None, job: str | None = None) -> None:
     """Ray's ``worker_process_setup_hook`` for the run's job: join the run, then run the
-    program's own hook (a callable or a ``module.function`` string), as Ray would have."""
+    program's own hook (a callable or a ``module.function`` string), as Ray would have. A
+    worker of another job than `job` (given) does nothing: its calls carry no context."""
+    if job is not None and _job_of_this_worker() not in (job, None):
+        return
     joined = False
     try:
         joined = _entry_point().join(joining)
@@ -50,6 +56,19 @@ def setup_hook(joining: dict[str, str], user_hook: Any = None) -> None:
                 raise RuntimeError(error)
             return
         user_hook()
+
+
+def _job_of_this_worker() -> str | None:
+    """The job this worker process was started for (hex; "" for none: Ray's spill and
+    restore workers, which run no calls; None if Ray does not say: then it joins, as a worker
+    of the run's job would)."""
+    try:
+        import ray._private.worker as ray_worker
+
+        job = ray_worker.global_worker.current_job_id
+        return "" if job.is_nil() else str(job.hex())
+    except Exception:
+        return None
 
 
 def strip_only() -> None:

@@ -109,17 +109,26 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
 
         driver = None
         given = dict(kwargs)
+        hook: tuple[str, str] | None = None  # the hook in the raylet's environment, if so
         try:
             driver = Driver(rt)
-            kwargs["runtime_env"] = driver.runtime_env(kwargs.get("runtime_env"))
+            if _raylet_can_hook(address, kwargs):
+                with contextlib.suppress(Exception):  # (another Ray: the job's way)
+                    hook = driver.raylet_hook()
+            if hook is None:
+                kwargs["runtime_env"] = driver.runtime_env(kwargs.get("runtime_env"))
         except Exception as exc:
             rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
-            driver = None
+            driver, hook = None, None
         # raylet's workers join by the job's hook; no idle workers prestarted without it
         with runtime.no_context_for_programs(), _no_prestart(driver is not None):
+            if hook is not None:
+                os.environ[hook[0]] = hook[1]
             try:
                 result = original(*args, **kwargs)
             except Exception as exc:
+                if hook is not None:
+                    os.environ.pop(hook[0], None)
                 if driver is None or ray.is_initialized():
                     raise
                 # Refused before connecting (a job's runtime_env that cannot take the hook,
@@ -127,6 +136,19 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
                 rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
                 driver = None
                 result = original(*args, **given)
+            finally:
+                if hook is not None:
+                    os.environ.pop(hook[0], None)
+        if driver is not None and hook is not None:
+            try:
+                if _started_raylet():
+                    driver.export_raylet_hook()
+                else:  # it joined a running instance after all: its raylet has no hook
+                    driver = None
+                    _join_running()
+            except Exception as exc:
+                rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+                driver = None
         if driver is not None:
             try:
                 driver.open_mailbox()
@@ -159,6 +181,37 @@ def _no_prestart(hooked: bool) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(PRESTART_ENV, None)
+
+
+def _raylet_can_hook(address: object, kwargs: dict[str, Any]) -> bool:
+    """Whether this ``ray.init`` starts a local instance whose job would have no runtime_env
+    but the run's hook: then the hook goes in the raylet's environment (`Driver.raylet_hook`)
+    instead of the job's runtime_env, which makes Ray start every worker through
+    ``setup_worker.py``. Not when the program gives the job a runtime_env or a setup hook of
+    its own (its workers start so anyway; its hook is chained), sets Ray's prestart (a
+    worker prestarted before the hook is stored could not start), or connects to a running
+    instance (its raylet's environment is not this process's)."""
+    from ray._private import ray_constants, services
+
+    job_config = kwargs.get("job_config")
+    if (kwargs.get("runtime_env") or getattr(job_config, "runtime_env", None)
+            or PRESTART_ENV in os.environ
+            or ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR in os.environ):
+        return False
+    try:
+        return services.canonicalize_bootstrap_address(address, kwargs.get("_temp_dir")) is None
+    except Exception:
+        return False
+
+
+def _started_raylet() -> bool:
+    """Whether the ``ray.init`` that just returned started the raylet (a local instance)."""
+    import ray._private.worker as ray_worker
+    from ray._private import ray_constants
+
+    node = ray_worker._global_node
+    processes = getattr(node, "all_processes", None) or {}
+    return bool(processes.get(ray_constants.PROCESS_TYPE_RAYLET))
 
 
 def _is_client_address(address: object) -> bool:
