@@ -487,3 +487,69 @@ def test_the_mailbox_takes_each_push_once_in_its_workers_order(
     box.put("node:7", 12, {"seq": 12}, [], 1.0)
     box.clear(1.0)
     assert gcs.store == {} and box.state(1.0) == {}
+
+
+def _fake_ray_private(monkeypatch: pytest.MonkeyPatch, local: set[object],
+                      job: str = "01000000") -> None:
+    """Ray's few pieces `patches._raylet_can_hook` and the shim's job check read: an address
+    in `local` starts a local instance; this worker's job is `job` ("" for none)."""
+    services = types.SimpleNamespace(
+        canonicalize_bootstrap_address=lambda address, temp_dir: (
+            None if address in local else "127.0.0.1:6379"))
+    constants = types.SimpleNamespace(
+        WORKER_PROCESS_SETUP_HOOK_ENV_VAR="__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR")
+    job_id = types.SimpleNamespace(is_nil=lambda: not job, hex=lambda: job)
+    worker = types.SimpleNamespace(global_worker=types.SimpleNamespace(current_job_id=job_id))
+    private = types.SimpleNamespace(services=services, ray_constants=constants, worker=worker)
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(_private=private))
+    monkeypatch.setitem(sys.modules, "ray._private", private)
+    monkeypatch.setitem(sys.modules, "ray._private.services", services)
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", constants)
+    monkeypatch.setitem(sys.modules, "ray._private.worker", worker)
+
+
+def test_the_hook_goes_in_raylets_environment_only_where_nothing_else_asks_for_the_jobs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raylet's environment only for a local instance the program gives no runtime_env
+    (nor job_config runtime_env), no prestart setting and no setup-hook variable of its own;
+    a running instance's raylet is not this process's; a failing check keeps the job's way."""
+    from otel_rl._internal.ray_support import patches
+
+    _fake_ray_private(monkeypatch, local={None, "local"})
+    monkeypatch.delenv(patches.PRESTART_ENV, raising=False)
+    monkeypatch.delenv("__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR", raising=False)
+    assert patches._raylet_can_hook(None, {})
+    assert patches._raylet_can_hook("local", {"runtime_env": {}})
+    assert not patches._raylet_can_hook("auto", {})  # a running instance
+    assert not patches._raylet_can_hook("10.0.0.1:6379", {})
+    assert not patches._raylet_can_hook(None, {"runtime_env": {"env_vars": {"A": "1"}}})
+    assert not patches._raylet_can_hook(None, {"runtime_env": {"worker_process_setup_hook": print}})
+    assert not patches._raylet_can_hook(None, {"job_config": types.SimpleNamespace(
+        runtime_env={"pip": ["x"]})})
+    monkeypatch.setenv(patches.PRESTART_ENV, "1")
+    assert not patches._raylet_can_hook(None, {})
+    monkeypatch.delenv(patches.PRESTART_ENV)
+    monkeypatch.setenv("__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR", "m.f")  # a job supervisor's
+    assert not patches._raylet_can_hook(None, {})
+    monkeypatch.delenv("__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR")
+
+    def refuses(address: object, temp_dir: object) -> None:
+        raise ValueError("Invalid address format")
+
+    monkeypatch.setattr(sys.modules["ray._private.services"], "canonicalize_bootstrap_address",
+                        refuses)
+    assert not patches._raylet_can_hook("bad:address:x", {})
+
+
+@pytest.mark.parametrize(("job", "joins"), [("01000000", True), ("02000000", False),
+                                            ("", False)])
+def test_a_hook_from_raylets_environment_joins_only_the_runs_job(
+        monkeypatch: pytest.MonkeyPatch, job: str, joins: bool) -> None:
+    """The hook in raylet's environment reaches every worker of the instance: only the run's
+    job's join (another job's, or Ray's spill and restore workers with no job, do nothing)."""
+    _fake_ray_private(monkeypatch, local=set(), job=job)
+    joined: list[dict[str, str]] = []
+    entry = types.SimpleNamespace(join=lambda carrier: joined.append(carrier) or True)
+    monkeypatch.setattr(_shim, "_entry_point", lambda: entry)
+    _shim.make_setup_hook({"run_id": "r"}, None, "01000000")()
+    assert joined == ([{"run_id": "r"}] if joins else [])
