@@ -643,7 +643,26 @@ def raylet_hook(out: str, address: str | None) -> None:
     result(**facts)
 
 
-SCENARIOS = {"raylet_hook": raylet_hook, "calls": calls, "losses": losses, "multinode": multinode, "late": late,
+def hook_refused(out: str, address: str | None) -> None:
+    """The GCS refuses the entry the raylet's hook names (stood in for by making the store
+    raise): workers that could not start without it must not be what the program gets."""
+    from ray._private import ray_constants
+
+    from otel_rl._internal.ray_support import driver
+
+    def refuse(self: Any) -> None:
+        raise ConnectionError("the GCS refused the hook's entry")
+
+    driver.Driver.export_raylet_hook = refuse  # type: ignore[method-assign]
+    ray.init(num_cpus=2, **RAY_INIT)
+    hook = raylet_env(ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR)
+    with timer("iteration"):
+        pids = ray.get([rollout.remote(2) for _ in range(2)])
+    ray.shutdown()
+    result(ran=len(pids), raylet_hook=hook)
+
+
+SCENARIOS = {"raylet_hook": raylet_hook, "hook_refused": hook_refused, "calls": calls, "losses": losses, "multinode": multinode, "late": late,
              "endings": endings, "generators": generators, "serve": serve,
              "driver_killed": driver_killed}
 

@@ -342,6 +342,20 @@ def test_ray_local_instance_hook_in_the_raylets_environment(ray_venv: Venv,
     assert_tree_from_spans_equals_timers_json(ray_venv, out, tmp_path)
 
 
+def test_ray_hook_entry_refused_the_program_still_gets_a_working_instance(
+        ray_venv: Venv, tmp_path: Path) -> None:
+    """If the raylet's hook cannot be stored, its workers could not start: ray.init starts
+    the program's instance again without otel_rl's part, says so, and the calls run."""
+    done, out = _run(ray_venv, tmp_path, "hook_refused")
+    facts = _result(done)
+    assert facts["ran"] == 2 and facts["raylet_hook"] is None
+    assert "Ray workers will not join the run" in done.stderr
+    assert "the GCS refused the hook's entry" in done.stderr
+    found = counts(load(out / "timers.json"))
+    assert found[("iteration",)] == (1, False)
+    assert not [p for p in found if p[-1] == "rollout_step"]  # outside the run, as it said
+
+
 def test_ray_serve_handle_calls_run_under_the_callers_block(ray_venv: Venv,
                                                             tmp_path: Path) -> None:
     """Ray Serve: an async ingress deployment calling a sync model deployment through its

@@ -140,15 +140,21 @@ def _init(original: Callable[..., Any]) -> Callable[..., Any]:
                 if hook is not None:
                     os.environ.pop(hook[0], None)
         if driver is not None and hook is not None:
-            try:
-                if _started_raylet():
-                    driver.export_raylet_hook()
-                else:  # it joined a running instance after all: its raylet has no hook
-                    driver = None
-                    _join_running()
-            except Exception as exc:
-                rt.stats.warn_once("ray-init", f"Ray workers will not join the run: {exc!r}")
+            if not _started_raylet():  # it joined a running instance after all: no hook there
                 driver = None
+                _join_running()
+            else:
+                try:
+                    driver.export_raylet_hook()
+                except Exception as exc:
+                    # The raylet's workers would fail to start without the hook's entry: the
+                    # program's instance again, as it asked for it, without otel_rl's part.
+                    rt.stats.warn_once("ray-init",
+                                       f"Ray workers will not join the run: {exc!r}")
+                    driver = None
+                    ray.shutdown()
+                    with runtime.no_context_for_programs():
+                        result = original(*args, **given)
         if driver is not None:
             try:
                 driver.open_mailbox()
@@ -209,9 +215,11 @@ def _started_raylet() -> bool:
     import ray._private.worker as ray_worker
     from ray._private import ray_constants
 
-    node = ray_worker._global_node
-    processes = getattr(node, "all_processes", None) or {}
-    return bool(processes.get(ray_constants.PROCESS_TYPE_RAYLET))
+    try:
+        processes = ray_worker._global_node.all_processes
+        return bool(processes.get(ray_constants.PROCESS_TYPE_RAYLET))
+    except Exception:
+        return True  # (another Ray: if it did, its workers need the hook's entry)
 
 
 def _is_client_address(address: object) -> bool:
