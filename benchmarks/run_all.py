@@ -37,6 +37,7 @@ BENCHMARKS = ("bench_core", "bench_workers", "bench_gpu", "bench_readers", "benc
 MORE = (("bench_fork", ("--forks", "200"), ("--forks", "50"), None),
         ("bench_shutdown", (), (), None),
         ("bench_ray", ("--rounds", "15"), ("--quick",), "ray"),
+        ("bench_ray_join", ("--rounds", "9"), ("--quick",), "ray"),
         ("bench_sample_factory", ("--rounds", "11", "--steps", "60000"), ("--quick",), None),
         ("bench_mlagents", ("--rounds", "11", "--steps", "20000"), ("--quick",), None),
         ("bench_rllib", ("--rounds", "11", "--iterations", "50"), ("--quick",), None))
