@@ -107,7 +107,6 @@ class Driver:
         self._final = False
         self._drains = 0
         self._lock = threading.Lock()
-        self._hook_key = b""
 
     # -- joining ------------------------------------------------------------------------------
     def joining_carrier(self) -> dict[str, str]:
@@ -139,6 +138,11 @@ class Driver:
                                                                  user_hook)
         return env
 
+    @property
+    def _hook_key(self) -> bytes:
+        """The function-table key of the hook `raylet_hook` names (the driver's own)."""
+        return f"otel_rl:{self.name}:setup_hook".encode()
+
     def raylet_hook(self) -> tuple[str, str]:
         """For a local instance the driver's ``ray.init`` starts, when the program gives the
         job no runtime_env: (variable, value) that, in the environment of the raylet it
@@ -152,7 +156,6 @@ class Driver:
         from ray._private import ray_constants
         from ray._private.runtime_env.setup_hook import RUNTIME_ENV_FUNC_IDENTIFIER
 
-        self._hook_key = f"otel_rl:{self.name}:setup_hook".encode()
         return (ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR,
                 RUNTIME_ENV_FUNC_IDENTIFIER + base64.b64encode(self._hook_key).decode())
 
