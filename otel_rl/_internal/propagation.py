@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import CoroutineType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from otel_rl._internal import carrier, log, recorder, rllib, runtime, stepping, torchrun
+from otel_rl._internal import carrier, log, recorder, runtime
 
 if TYPE_CHECKING:
     from inspect import Signature
@@ -239,6 +239,8 @@ def _patched_run_coroutine_threadsafe(coro: Any, loop: Any) -> Any:
     if rt is not None and type(coro) is CoroutineType:
         place = _handing_place(rt)
         if place is not None:
+            from otel_rl._internal import stepping  # on first use, as the other cold paths
+
             coro = stepping.at_place(coro, place)
     return _original["run_coroutine_threadsafe"](coro, loop)
 
@@ -275,6 +277,8 @@ def inject_env(env: Mapping[str, str] | Mapping[bytes, bytes] | None = None
     if any(isinstance(key, bytes) for key in base):
         return None
     result = dict(cast("Mapping[str, str]", base))
+    from otel_rl._internal import torchrun  # on first use: worker start-up does not pay for it
+
     role, index = torchrun.child_role(result) or ("subprocess", None)
     if role == "rank":
         torchrun.on_rank_started(runtime.active(), result)
@@ -344,6 +348,26 @@ def _patch_serve(module: ModuleType) -> None:
     calls.patch_serve_handle(module)
 
 
+#: The RLlib modules `rllib.PATCHES` patches (RLlib's own timers as blocks, its actors' roles):
+#: `rllib` itself is imported when one of them is, not by every worker (~3 ms of start-up).
+RLLIB_MODULES = (
+    "ray.rllib.utils.metrics.stats.base",
+    "ray.rllib.utils.metrics.stats.ema",
+    "ray.rllib.utils.metrics.metrics_logger",
+    "ray.rllib.env.env_runner",
+    "ray.rllib.core.learner.learner",
+)
+
+
+def _patch_rllib(name: str) -> Callable[[ModuleType], None]:
+    def patch(module: ModuleType) -> None:
+        from otel_rl._internal import rllib
+
+        rllib.PATCHES[name](module)
+
+    return patch
+
+
 _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "anyio.to_thread": _patch_anyio,
     "asyncio.tasks": _patch_asyncio,
@@ -352,7 +376,7 @@ _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "multiprocessing.pool": _patch_pool,
     "ray": _patch_ray,
     "ray.serve.handle": _patch_serve,
-    **rllib.PATCHES,  # RLlib's own timers as blocks, its actors' roles
+    **{name: _patch_rllib(name) for name in RLLIB_MODULES},
 }
 
 

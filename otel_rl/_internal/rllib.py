@@ -494,7 +494,9 @@ def _guarded(name: str, patch: Callable[[ModuleType], None]) -> Callable[[Module
 
 
 #: RLlib module -> its patch, applied right after the module is first executed (by
-#: `propagation`'s patch-on-import finder, at once for a module already imported).
+#: `propagation`'s patch-on-import finder, at once for a module already imported; the
+#: finder knows the names as `propagation.RLLIB_MODULES`, so a worker imports this module
+#: only with RLlib).
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     name: _guarded(name, patch) for name, patch in (
         ("ray.rllib.utils.metrics.stats.base", _patch_stats),
