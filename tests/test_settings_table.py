@@ -44,6 +44,20 @@ def test_configure_documents_every_setting_and_its_variables() -> None:
     assert "``exporters``" in doc
 
 
+def test_the_docstring_is_wrapped_as_textwrap_wraps_at_spaces() -> None:
+    # `config._fill` stands in for textwrap (which every process would import for it).
+    import textwrap
+
+    texts = [f"- ``{s.name}`` ({', '.join(s.env)}): {s.doc}." for s in config.TABLE]
+    texts += ["", "one", "x" * 120 + " short words after a long one", "a " * 200,
+              "words, per-record hyphens-kept " * 9]
+    for text in texts:
+        for width in (20, 60, 96):
+            assert config._fill(text, width, "    ") == textwrap.fill(
+                text, width, initial_indent="    ", subsequent_indent="      ",
+                break_on_hyphens=False, break_long_words=False), (text, width)
+
+
 def test_resolved_settings_have_one_attribute_per_row() -> None:
     annotated = set(typing.get_type_hints(config.Settings, vars(config) | {"SpanExporter": object}))
     assert annotated == {s.name for s in config.TABLE} | {"traces_endpoint_is_full", "exporters",

@@ -3,7 +3,8 @@
 Every process of a run imports otel_rl at start-up (a spawned worker, each of Sample Factory's
 or ML-Agents' processes under ``otel-rl run``), so a module that costs milliseconds to import
 costs them once per process. `dataclasses` (with `inspect`) and `hashlib` (which loads OpenSSL)
-were each ~3-6 ms of a spawned worker's ~20 ms start-up and used there for nothing a worker
+were each ~3-6 ms of a spawned worker's ~20 ms start-up (`textwrap`, for `configure`'s docstring,
+~4 ms) and used there for nothing a worker
 needs; this keeps them out, and otel_rl's own modules for RLlib, torchrun and coroutines handed
 to another thread's loop (~5 ms together), which a worker imports only when it uses them.
 """
@@ -17,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 #: Modules a joining worker has no use for; each costs milliseconds to import.
-HEAVY = ("dataclasses", "inspect", "hashlib", "_hashlib",
+HEAVY = ("dataclasses", "inspect", "hashlib", "_hashlib", "textwrap",
          "otel_rl._internal.rllib", "otel_rl._internal.torchrun", "otel_rl._internal.stepping")
 
 SCRIPT = textwrap.dedent("""
