@@ -188,6 +188,38 @@ def test_a_ring_fed_in_bulk_holds_what_it_would_hold_record_by_record() -> None:
         assert len(steps) == 15  # the kept window's budget (20, less its reserve) of the ring
 
 
+def test_an_outlier_slicing_a_ring_with_made_and_pending_items_keeps_what_one_by_one_keeps(
+        ) -> None:
+    # The outlier's slice made from a ring that holds items made already (a record taken one
+    # by one settled it) and chunks pending beyond its length: only what the slice admits is
+    # made, and the ring pushes out what the whole chunks would have (`_Window.settle`).
+    for sizes, cut_at in (([25, 20], 110), ([25, 20], 101), ([10, 40, 5], 140), ([28, 3], 131),
+                          ([5, 3], 104)):
+        outputs = []
+        for bulk in (True, False):
+            w = windower(bulk, budget=20, every=10)  # ring of 2 x (20 - 5) = 30
+            sid = 100
+            for n, size in enumerate(sizes):
+                records = []
+                for _ in range(size):
+                    sid += 1
+                    start = T0 + SECOND + sid * 1000
+                    records.append((sid, 0, "step", start, start + 500, 1, 9, None))
+                if n == 0:  # into the next window: taken one by one, the ring made
+                    records.append((sid + 1000, 0, "span", T0 + SECOND + 2000,
+                                    T0 + 2 * SECOND + 5000, 1, 9, None))
+                w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, records))],
+                          T0 + SECOND)
+            start = T0 + SECOND + cut_at * 1000
+            outlier = [(sid + 1, 0, "step", start, T0 + SECOND + 90_000_000, 1, 9, None)]
+            w._durations["step"] = [100, 100 * 500, 100 * 500 * 500]
+            out = w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, outlier))],
+                            T0 + 10 * SECOND, final=True)
+            outputs.append((w.kept, [b.records for b in out], w.stats))
+        assert outputs[0] == outputs[1], (sizes, cut_at)
+        assert outputs[0][0][1] == "outlier"
+
+
 def test_a_process_own_records_get_the_columns_a_relayed_batch_arrives_with() -> None:
     own = next(b for _now, batches in workload(6, seconds=2) for b in batches
                if b.resource[semconv.PROCESS_PID] == 1)

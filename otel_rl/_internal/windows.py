@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from time import perf_counter_ns
 from typing import Any
 
@@ -85,28 +85,47 @@ class _Window:
             return len(self.records)
         return int(min(self.records.maxlen, len(self.records) + self.pending))
 
-    def settle(self) -> None:
-        """Make the pending chunks `records` items: what appending them one by one leaves."""
-        skip = max(0, self.pending - self.records.maxlen)  # pushed out by later ones anyway
+    def settle(self, sliced: bool = False) -> None:
+        """Make the pending chunks `records` items: what appending them one by one leaves.
+        `sliced` (an outlier's slice just began: `keep_from`): only the items the slice
+        admits are made, and the ring's older items are pushed out as the whole chunks would
+        have pushed them out (the caller filters those by the slice)."""
+        ring = self.records
+        skip = max(0, self.pending - ring.maxlen)  # pushed out by later ones anyway
+        if sliced:
+            for _ in range(min(len(ring), max(0, len(ring) + self.pending - skip - ring.maxlen))):
+                ring.popleft()
         for key, records, positions, starts, ends in self.chunks:
             if skip >= len(starts):
                 skip -= len(starts)
                 continue
+            starts, ends = starts[skip:], ends[skip:]
             if positions is None:
                 records = records[skip:]
             else:
-                records = records.take(positions[skip:].tolist())
-            self.records.extend(zip(repeat(key), records, starts[skip:].tolist(),
-                                    ends[skip:].tolist()))
+                positions = positions[skip:]
             skip = 0
+            if sliced:
+                admitted = (starts >= self.since) | (ends >= self.since)
+                if self.cut is not None:
+                    admitted &= starts < self.cut
+                if not admitted.all():
+                    starts, ends = starts[admitted], ends[admitted]
+                    if positions is None:
+                        records = list(compress(records, admitted.tolist()))
+                    else:
+                        positions = positions[admitted]
+            if positions is not None:
+                records = records.take(positions.tolist())
+            ring.extend(zip(repeat(key), records, starts.tolist(), ends.tolist()))
         self.chunks = []
         self.pending = 0
 
     def keep_from(self, start: int, duration: int) -> None:
         """An outlier that started at `start` (epoch ns): keep the slice from there on."""
-        if self.chunks:
-            self.settle()
         self.outlier, self.since = duration, start
+        if self.chunks:
+            self.settle(sliced=True)  # only what the slice keeps is made into items
         self.records = [item for item in self.records if self.admits(item[2], item[3])]
 
 
