@@ -3,10 +3,10 @@
 Every process of a run imports otel_rl at start-up (a spawned worker, each of Sample Factory's
 or ML-Agents' processes under ``otel-rl run``), so a module that costs milliseconds to import
 costs them once per process. `dataclasses` (with `inspect`) and `hashlib` (which loads OpenSSL)
-were each ~3-6 ms of a spawned worker's ~20 ms start-up (`textwrap`, for `configure`'s docstring,
-~4 ms) and used there for nothing a worker
-needs; this keeps them out, and otel_rl's own modules for RLlib, torchrun and coroutines handed
-to another thread's loop (~5 ms together), which a worker imports only when it uses them.
+were each ~3-6 ms of a spawned worker's ~20 ms start-up and used there for nothing a worker
+needs; this keeps them out, with `textwrap` (for `configure`'s docstring) and otel_rl's own
+modules for RLlib, torchrun and coroutines handed to another thread's loop, which a worker
+imports only when it uses them (these four ~4 ms together).
 """
 
 from __future__ import annotations

@@ -389,7 +389,7 @@ def settings_doc(indent: str) -> str:
 def _fill(text: str, width: int, indent: str) -> str:
     """`text` (single-spaced) wrapped at spaces to `width` columns, later lines indented two
     more. Not `textwrap`: every process imports this module, and textwrap's import and
-    regexes cost it ~4 ms of start-up for a docstring."""
+    regexes cost each one start-up milliseconds for a docstring."""
     lines, line = [], ""
     for word in text.split():
         if line and len(line) + 1 + len(word) > width:

@@ -349,7 +349,7 @@ def _patch_serve(module: ModuleType) -> None:
 
 
 #: The RLlib modules `rllib.PATCHES` patches (RLlib's own timers as blocks, its actors' roles):
-#: `rllib` itself is imported when one of them is, not by every worker (~3 ms of start-up).
+#: `rllib` itself is imported when one of them is, not by every worker.
 RLLIB_MODULES = (
     "ray.rllib.utils.metrics.stats.base",
     "ray.rllib.utils.metrics.stats.ema",
@@ -359,13 +359,10 @@ RLLIB_MODULES = (
 )
 
 
-def _patch_rllib(name: str) -> Callable[[ModuleType], None]:
-    def patch(module: ModuleType) -> None:
-        from otel_rl._internal import rllib
+def _patch_rllib(module: ModuleType) -> None:
+    from otel_rl._internal import rllib
 
-        rllib.PATCHES[name](module)
-
-    return patch
+    rllib.PATCHES[module.__name__](module)
 
 
 _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
@@ -376,7 +373,7 @@ _LAZY_PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "multiprocessing.pool": _patch_pool,
     "ray": _patch_ray,
     "ray.serve.handle": _patch_serve,
-    **{name: _patch_rllib(name) for name in RLLIB_MODULES},
+    **dict.fromkeys(RLLIB_MODULES, _patch_rllib),
 }
 
 

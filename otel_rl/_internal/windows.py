@@ -92,8 +92,8 @@ class _Window:
         have pushed them out (the caller filters those by the slice)."""
         ring = self.records
         skip = max(0, self.pending - ring.maxlen)  # pushed out by later ones anyway
-        if sliced:
-            for _ in range(min(len(ring), max(0, len(ring) + self.pending - skip - ring.maxlen))):
+        if sliced:  # what the pending items would push out, were they all appended
+            for _ in range(len(ring) + self.pending - skip - ring.maxlen):
                 ring.popleft()
         for key, records, positions, starts, ends in self.chunks:
             if skip >= len(starts):
@@ -105,10 +105,8 @@ class _Window:
             else:
                 positions = positions[skip:]
             skip = 0
-            if sliced:
+            if sliced:  # `admits` (a ring has no cut: `Windower._trim` makes it a list)
                 admitted = (starts >= self.since) | (ends >= self.since)
-                if self.cut is not None:
-                    admitted &= starts < self.cut
                 if not admitted.all():
                     starts, ends = starts[admitted], ends[admitted]
                     if positions is None:
