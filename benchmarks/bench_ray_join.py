@@ -18,9 +18,10 @@ shuffled order every round:
 - ``plain, argument`` and ``otel_rl, argument``: as ``plain`` and ``otel_rl``, the actors
   created with an argument, as every framework's are (RLlib's env runners and Learner get
   their config). The first argument a worker process deserializes makes Ray build the job's
-  serialization context, which imports numpy, pyarrow, pydantic and starlette (~0.15 s of
-  CPU on a calm machine); a no-argument actor created under otel_rl carries its caller's
-  context in a keyword argument, so the first four variants charge that to otel_rl.
+  serialization context, which imports numpy, pyarrow, pydantic and starlette (~0.1 s of
+  CPU on a calm machine). A no-argument actor created under otel_rl still has one (its
+  caller's context travels in a keyword argument), so ``otel_rl`` and ``otel_rl, runtime_env``
+  charge that to otel_rl, where ``otel_rl, argument`` shows the join alone.
 
 Reported: the median per actor (min-max over rounds, each run's two actors averaged) and the
 median of the per-round differences against its baseline (``plain``; ``plain, argument`` for
