@@ -220,3 +220,66 @@ def test_otel_rl_report_draws_the_timeline_of_a_full_read(run_dir: Path) -> None
     assert done.returncode == 0, done.stderr
     assert (run_dir / "r.html").read_text(encoding="utf-8") == html.render(tree, spans,
                                                                             title="t")
+
+
+_ODD = [None, "", 0, 1, -1, 1.5, True, [], {}, "x", " 12", "12 ", "\uff11\uff12", "\u00b2",
+        "0" * 16, "0" * 32, "Ab" * 8, "AB" * 16, "g" * 16, "ab cd ef 01 23 45", "1" * 20,
+        "9" * 21, str(2**64 - 1), str(2**64), "0", "-1", "+5", "1_000", "١٢"]
+
+
+def _outcome(read: object, span: object) -> object:
+    try:
+        return read(span, {"service.name": "s"}, "where")  # type: ignore[operator]
+    except UserError as exc:
+        return f"UserError: {exc}"
+
+
+def test_spans_as_otel_rl_writes_them_read_as_any_span_reads(real_run: Path) -> None:
+    """The reader's shortcut for spans spelled as otel_rl writes them (`_span_as_written`)
+    gives what the full reading (`_span_any`) gives: the same span, or the same one-line
+    error, for every span of a real run and for each of their fields given odd values,
+    removed, or joined by fields the shortcut does not read."""
+    import copy
+
+    from otel_rl._internal.readers import otlp_json
+
+    docs = [json.loads(line) for line in (real_run / "spans.otlp.jsonl").read_text().splitlines()]
+    spans = [s for d in docs for rs in d["resourceSpans"] for ss in rs["scopeSpans"]
+             for s in ss["spans"]]
+    taken = [s for s in spans if otlp_json._span_as_written(s, {}, "w") is not None]
+    assert len(taken) >= 0.9 * len(spans) > 100  # the shortcut is what reads a run's spans
+    for span in spans:
+        assert _outcome(otlp_json._span, span) == _outcome(otlp_json._span_any, span)
+    samples = [taken[0], max(taken, key=lambda s: len(s.get("attributes") or ())),
+               next(s for s in taken if s.get("parentSpanId"))]
+    fields = sorted(otlp_json._WRITTEN_FIELDS | {"flags", "trace_id", "start_time_unix_nano",
+                                                "droppedAttributesCount"})
+    changes = 0
+    for sample in samples:
+        variants = []
+        for field in fields:
+            removed = copy.deepcopy(sample)
+            removed.pop(field, None)
+            variants.append(removed)
+            for value in _ODD:
+                changed = copy.deepcopy(sample)
+                changed[field] = value
+                variants.append(changed)
+        swapped = copy.deepcopy(sample)
+        swapped["startTimeUnixNano"], swapped["endTimeUnixNano"] = (
+            str(int(sample["endTimeUnixNano"]) + 1), sample["startTimeUnixNano"])
+        variants += [swapped, [sample], "span"]
+        for status in ({"code": 2}, {"code": "STATUS_CODE_ERROR"}, {"code": "x"},
+                       {"message": 1}, {"code": True}):
+            variants.append({**sample, "status": status})
+        for attributes in ([1], [{"key": 1}], [{"key": "k", "value": {"intValue": "x"}}],
+                           [{"key": "otel_rl.kind", "value": {"stringValue": "nonsense"}}],
+                           [{"key": "k", "value": {"doubleValue": 1.5}}]):
+            variants.append({**sample, "attributes": attributes})
+        variants.append({**sample, "events": [{"name": "e", "timeUnixNano": "5"}]})
+        variants.append({**sample, "links": [{"traceId": "1" * 32, "spanId": "2" * 16}]})
+        for variant in variants:
+            fast = _outcome(otlp_json._span, variant)
+            assert fast == _outcome(otlp_json._span_any, variant), variant
+            changes += 1
+    assert changes > 900
