@@ -158,6 +158,38 @@ def test_bulk_windows_equal_record_by_record_in_a_process_exporting_on_its_own()
     assert exported and set(w.kept.values()) == {"schedule"} and not w._durations
 
 
+@pytest.mark.parametrize(("budget", "every"), [(10_000, 4), (400, 3), (60, 2)])
+def test_relayed_records_are_made_only_for_the_windows_that_keep_them(
+        budget: int, every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A relayed record becomes a record tuple (`Rows.take`, or all of a batch's at once) only
+    # when a kept window exports it or when it is taken one by one (a record spanning
+    # windows, an outlier, a late one, a process span: under 2 % of this workload): not while
+    # its window waits, not for a window dropped, and not for what a kept window's budget
+    # cuts. Held as tuples they were most of a long run's main-process garbage collections.
+    made = [0]
+    take, whole = Rows.take, Rows._all
+
+    def counted_take(rows: Rows, positions: list[int]) -> Any:
+        made[0] += 0 if rows.made else len(positions)
+        return take(rows, positions)
+
+    def counted_whole(rows: Rows) -> Any:
+        made[0] += 0 if rows.made else len(rows)
+        return whole(rows)
+
+    monkeypatch.setattr(Rows, "take", counted_take)
+    monkeypatch.setattr(Rows, "_all", counted_whole)
+    w = windower(True, budget, every)
+    flushes = workload(7)
+    relayed_in = relayed_out = 0
+    for i, (now, batches) in enumerate(flushes):
+        relayed_in += sum(len(b.records) for b in batches if isinstance(b.records, Rows))
+        out = w.process(batches, now, i == len(flushes) - 1)
+        relayed_out += sum(len(b.records) for b in out if b.resource[semconv.PROCESS_PID] != 1)
+    assert relayed_out and "schedule" in w.kept.values()
+    assert made[0] <= relayed_out + relayed_in // 50, (made[0], relayed_out, relayed_in)
+
+
 def test_a_ring_fed_in_bulk_holds_what_it_would_hold_record_by_record() -> None:
     # One window, not scheduled, far more records than its ring holds, in chunks of every
     # size around the ring's length: its count and (once an outlier keeps it) its records.
@@ -188,11 +220,13 @@ def test_a_ring_fed_in_bulk_holds_what_it_would_hold_record_by_record() -> None:
         assert len(steps) == 15  # the kept window's budget (20, less its reserve) of the ring
 
 
+@pytest.mark.parametrize("first", [True, False])
 def test_an_outlier_slicing_a_ring_with_made_and_pending_items_keeps_what_one_by_one_keeps(
-        ) -> None:
-    # The outlier's slice made from a ring that holds items made already (a record taken one
-    # by one settled it) and chunks pending beyond its length: only what the slice admits is
-    # made, and the ring pushes out what the whole chunks would have (`_Window.settle`).
+        first: bool) -> None:
+    # The outlier's slice of a ring that holds records taken one by one (items made already
+    # when they came `first`, before any chunk; a chunk of one behind the others if not) and
+    # chunks pending beyond its length: the slice keeps what one by one keeps, and the ring
+    # pushes out what the whole chunks would have (`_Window.keep_from`).
     for sizes, cut_at in (([25, 20], 110), ([25, 20], 101), ([10, 40, 5], 140), ([28, 3], 131),
                           ([5, 3], 104)):
         outputs = []
@@ -205,8 +239,9 @@ def test_an_outlier_slicing_a_ring_with_made_and_pending_items_keeps_what_one_by
                     sid += 1
                     start = T0 + SECOND + sid * 1000
                     records.append((sid, 0, "step", start, start + 500, 1, 9, None))
-                if n == 0:  # into the next window: taken one by one, the ring made
-                    records.append((sid + 1000, 0, "span", T0 + SECOND + 2000,
+                if n == 0:  # into the next window: taken one by one
+                    records.insert(0 if first else len(records),
+                                   (sid + 1000, 0, "span", T0 + SECOND + 2000,
                                     T0 + 2 * SECOND + 5000, 1, 9, None))
                 w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, records))],
                           T0 + SECOND)

@@ -11,7 +11,7 @@ as clipped continuation spans.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, repeat
 from time import perf_counter_ns
 from typing import Any
@@ -45,22 +45,31 @@ class _Window:
     """An open window's records. A scheduled window keeps its earliest starts. Any other
     keeps the latest arrivals (a ring) until an outlier ends in it; from then on it keeps the
     outlier, what contains its start (its ancestors) and what starts after it — the slice a
-    kept outlier window shows, closed under parents."""
+    kept outlier window shows, closed under parents.
+
+    Held records are items, (source, record, start epoch ns, end epoch ns), in `records`, then
+    the later arrivals in `chunks`, not made into items until the window is kept (`settle`):
+    relayed batches' positions (`windows_bulk`) and, once there are chunks, every later arrival.
+    A window that is not kept (most of them) never makes its records, which is what a long run's
+    main process would otherwise spend its time and its garbage collections on."""
 
     __slots__ = ("chunks", "cut", "long", "outlier", "pending", "records", "since")
 
     def __init__(self, scheduled: bool, cap: int) -> None:
-        # (source, record, start epoch ns, end epoch ns)
         self.records: Any = [] if scheduled else deque(maxlen=cap)
-        # A ring's arrivals from relayed batches, not made into `records` items yet
-        # (`windows_bulk`): (source, records, positions, starts, ends), oldest first;
-        # `pending` items in all, never more than the ring keeps.
+        # (source, records, positions, starts, ends), oldest first: `records` the batch's and
+        # the `positions` in it, or (positions None) the records themselves; their times as
+        # arrays; `pending` items in all (a ring's: never more than it keeps).
         self.chunks: list[tuple[Any, Any, Any, Any, Any]] = []
         self.pending = 0
         self.long: list[tuple[Any, Any]] = []  # records that started earlier and end here
         self.cut: int | None = None  # records starting at/after this epoch ns are out
         self.outlier = 0  # duration (ns) of the outlier this window keeps, if any
         self.since: int | None = None  # outlier window: its outlier's start (epoch ns)
+
+    @property
+    def ring(self) -> bool:
+        return isinstance(self.records, deque)
 
     def admits(self, start: int, end: int) -> bool:
         if self.cut is not None and start >= self.cut:
@@ -70,61 +79,115 @@ class _Window:
 
     def add_chunk(self, key: Any, records: Any, positions: Any, starts: Any,
                   ends: Any) -> None:
-        """Ring arrivals from a relayed batch, their times as arrays: `records` (positions
-        None) or the batch's `Rows` and the positions in it, made into items only if the
-        window is kept; chunks the ring would have pushed out entirely are forgotten."""
+        """Arrivals from a relayed batch (or a process's own, in columns), their times as
+        arrays, made into items only if the window is kept; chunks a ring would have pushed out
+        entirely are forgotten."""
         self.chunks.append((key, records, positions, starts, ends))
         self.pending += len(starts)
-        cap = self.records.maxlen
-        while self.pending - len(self.chunks[0][3]) >= cap:
-            self.pending -= len(self.chunks.pop(0)[3])
+        if self.ring:
+            cap = self.records.maxlen
+            while self.pending - len(self.chunks[0][3]) >= cap:
+                self.pending -= len(self.chunks.pop(0)[3])
+
+    def append(self, key: Any, record: Record, start: int, end: int) -> None:
+        """One arrival: an item, or a chunk of one behind the chunks already waiting."""
+        if not self.chunks:
+            self.records.append((key, record, start, end))
+            return
+        import numpy as np  # (chunks come from `windows_bulk`, which has it loaded)
+
+        self.add_chunk(key, [record], None, _times(np, start), _times(np, end))
 
     def held(self) -> int:
         """How many records the window holds now (a ring: at most its length)."""
-        if not self.pending:
-            return len(self.records)
+        if not self.ring:
+            return len(self.records) + self.pending
         return int(min(self.records.maxlen, len(self.records) + self.pending))
 
-    def settle(self, sliced: bool = False) -> None:
-        """Make the pending chunks `records` items: what appending them one by one leaves.
-        `sliced` (an outlier's slice just began: `keep_from`): only the items the slice
-        admits are made, and the ring's older items are pushed out as the whole chunks would
-        have pushed them out (the caller filters those by the slice)."""
-        ring = self.records
-        skip = max(0, self.pending - ring.maxlen)  # pushed out by later ones anyway
-        if sliced:  # what the pending items would push out, were they all appended
-            for _ in range(len(ring) + self.pending - skip - ring.maxlen):
-                ring.popleft()
-        for key, records, positions, starts, ends in self.chunks:
-            if skip >= len(starts):
-                skip -= len(starts)
-                continue
+    def _pushed_out(self) -> int:
+        """A ring's pending arrivals that later ones push out anyway, after popping the items
+        they push out (what appending them all one by one leaves)."""
+        ring: deque[Any] = self.records
+        skip = max(0, self.pending - (ring.maxlen or 0))
+        for _ in range(len(ring) + self.pending - skip - (ring.maxlen or 0)):
+            ring.popleft()
+        return skip
+
+    def settle(self) -> None:
+        """Make the chunks `records` items (the window is kept)."""
+        skip = self._pushed_out() if self.ring else 0
+        for key, records, positions, starts, ends in _skipped(self.chunks, skip):
+            if positions is not None:
+                records = records.take(positions.tolist())
+            self.records.extend(zip(repeat(key), records, starts.tolist(), ends.tolist()))
+        self.chunks = []
+        self.pending = 0
+
+    def _keep(self, chunks: list[tuple[Any, Any, Any, Any, Any]], keep: Callable[[Any, Any], Any],
+              ) -> None:
+        """`chunks` less what `keep(starts, ends)` (a boolean array) leaves out."""
+        self.chunks, self.pending = [], 0
+        for key, records, positions, starts, ends in chunks:
+            admitted = keep(starts, ends)
+            if not admitted.all():
+                if not admitted.any():
+                    continue
+                starts, ends = starts[admitted], ends[admitted]
+                if positions is None:
+                    records = list(compress(records, admitted.tolist()))
+                else:
+                    positions = positions[admitted]
+            self.chunks.append((key, records, positions, starts, ends))
+            self.pending += len(starts)
+
+    def keep_from(self, start: int, duration: int) -> None:
+        """An outlier that started at `start` (epoch ns): keep the slice from there on (the
+        ring becomes a list; its chunks stay chunks, less what the slice leaves out)."""
+        self.outlier, self.since = duration, start
+        if self.chunks:
+            chunks = list(_skipped(self.chunks, self._pushed_out()))
+            self._keep(chunks, lambda s, e: (s >= start) | (e >= start))
+        self.records = [item for item in self.records if self.admits(item[2], item[3])]
+
+    def trim(self, limit: int) -> int:
+        """A list window with chunks, full: keep its `limit` earliest starts (moving the cut,
+        as `Windower._trim` does on items); how many it dropped."""
+        held = self.held()
+        if held <= limit:
+            return 0
+        import numpy as np
+
+        starts = np.concatenate([_times(np, *(item[2] for item in self.records)),
+                                 *(chunk[3] for chunk in self.chunks)])
+        cut = int(np.partition(starts, limit)[limit])  # the earliest starts sorted: [limit]
+        self.cut = cut if self.cut is None else min(self.cut, cut)
+        cut = self.cut
+        self.records = [item for item in self.records if item[2] < cut]
+        self._keep(self.chunks, lambda s, _e: s < cut)
+        return held - self.held()
+
+
+def _times(np: Any, *values: int) -> Any:
+    """`values` (epoch ns) as an array, as a relayed batch's times are (`windows_bulk` places
+    only batches whose times int64 holds; a window's chunks come from those)."""
+    return np.array(values, np.int64)
+
+
+def _skipped(chunks: list[tuple[Any, Any, Any, Any, Any]],
+             skip: int) -> Iterator[tuple[Any, Any, Any, Any, Any]]:
+    """`chunks` less their first `skip` items."""
+    for key, records, positions, starts, ends in chunks:
+        if skip >= len(starts):
+            skip -= len(starts)
+            continue
+        if skip:
             starts, ends = starts[skip:], ends[skip:]
             if positions is None:
                 records = records[skip:]
             else:
                 positions = positions[skip:]
             skip = 0
-            if sliced:  # `admits` (a ring has no cut: `Windower._trim` makes it a list)
-                admitted = (starts >= self.since) | (ends >= self.since)
-                if not admitted.all():
-                    starts, ends = starts[admitted], ends[admitted]
-                    if positions is None:
-                        records = list(compress(records, admitted.tolist()))
-                    else:
-                        positions = positions[admitted]
-            if positions is not None:
-                records = records.take(positions.tolist())
-            ring.extend(zip(repeat(key), records, starts.tolist(), ends.tolist()))
-        self.chunks = []
-        self.pending = 0
-
-    def keep_from(self, start: int, duration: int) -> None:
-        """An outlier that started at `start` (epoch ns): keep the slice from there on."""
-        self.outlier, self.since = duration, start
-        if self.chunks:
-            self.settle(sliced=True)  # only what the slice keeps is made into items
-        self.records = [item for item in self.records if self.admits(item[2], item[3])]
+        yield key, records, positions, starts, ends
 
 
 class _Source:
@@ -330,13 +393,11 @@ class Windower(BulkWindows):
                 if window is None:
                     window = windows[k] = _Window(scheduled(k, self.every), cap)
                 if (outliers and self._outlier(record[NAME], end - start) and window.since is None
-                        and isinstance(window.records, deque)):
+                        and window.ring):
                     window.keep_from(start, end - start)
-                if window.chunks:
-                    window.settle()
                 if window.admits(start, end):
-                    window.records.append((key, record, start, end))
-                    if len(window.records) >= cap and not isinstance(window.records, deque):
+                    window.append(key, record, start, end)
+                    if window.held() >= cap and not window.ring:
                         self._trim(window)  # a ring drops its oldest by itself
                 else:
                     self.stats["sampled_out"] += 1
@@ -365,6 +426,9 @@ class Windower(BulkWindows):
 
     def _trim(self, window: _Window) -> None:
         limit = self._limit()
+        if window.chunks:
+            self.stats["sampled_out"] += window.trim(limit)
+            return
         records = sorted(window.records, key=lambda item: item[2])
         if len(records) > limit:
             cut = records[limit][2]
@@ -398,6 +462,7 @@ class Windower(BulkWindows):
             self.stats["sampled_out"] += window.held()
             return
         if window.chunks:
+            self._trim(window)  # (before its records are made: only what it keeps is)
             window.settle()
         self.kept[k] = verdict
         self.stats["windows"] += 1

@@ -24,9 +24,8 @@ The result is the same windows, spans, ids and counts as `Windower._take` on the
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from itertools import pairwise, repeat
+from itertools import pairwise
 from typing import Any
 
 from otel_rl._internal import relay_columns, semconv
@@ -73,6 +72,22 @@ def _pick(records: Sequence[Record], positions: Any) -> list[Record]:
     return list(map(records.__getitem__, positions.tolist()))
 
 
+def _lazy(records: Sequence[Record], run: int) -> bool:
+    """Whether a run of `run` of a batch's `records` waits in a window as positions (made only
+    if it is kept): not a small part of the batch (a window does not hold a whole batch for a
+    few of its records), not records made already."""
+    return isinstance(records, Rows) and not records.made and 8 * run >= len(records)
+
+
+def _chunk(window: Any, key: Any, records: Sequence[Record], idx: Any, s: Any, e: Any,
+           lazy: bool) -> None:
+    """Records `idx` of a batch into `window`: as positions (`lazy`) or as the records."""
+    if lazy:
+        window.add_chunk(key, records, idx, s, e)
+    else:
+        window.add_chunk(key, _pick(records, idx), None, s, e)
+
+
 class BulkWindows:
     """`Windower`'s steps on relayed batches (a mixin: the windower is `self`)."""
 
@@ -109,20 +124,30 @@ class BulkWindows:
             if attrs and attrs.get(semconv.KIND) in _PASS_KINDS:
                 passing[i] = True
         late = ks < self.next_close
+        kept_late = late & np.isin(ks, np.fromiter(self.kept, np.int64, len(self.kept)))
         outlier = np.zeros(n, bool)
         if self.main:
-            kept_late = late & np.isin(ks, np.fromiter(self.kept, np.int64, len(self.kept)))
             self._verdicts(np, columns, ends - starts, ~passing & ~kept_late, outlier)
-        slow = passing | late | (es > ks) | outlier
+        # Late for a window that was not kept, and in no later one: only counted (never made).
+        gone = late & ~kept_late & ~passing & (es <= ks)
+        slow = (passing | late | (es > ks) | outlier) & ~gone
+        plain = np.flatnonzero(~(slow | gone))
+        self.stats["sampled_out"] += n - len(plain) - int(slow.sum())
+        # Whether a window's plain records of this batch wait there as positions (`_lazy`):
+        # by how many the window gets in all, whatever the runs they come in.
+        shares = np.unique(ks[plain], return_counts=True)
+        lazy = {k: _lazy(records, c) for k, c in zip(*(a.tolist() for a in shares), strict=True)}
 
-        start = 0
-        for p in [*np.flatnonzero(slow).tolist(), n]:
-            if p > start:
-                self._run(np, key, records, start, p, ks, starts, ends)
-            if p < n:
-                self._one(key, records[p], int(starts[p]), int(ends[p]), int(ks[p]),
-                          int(es[p]), bool(outlier[p]), bool(passing[p]))
-            start = p + 1
+        done = 0
+        for p in np.flatnonzero(slow).tolist():
+            upto = int(np.searchsorted(plain, p))
+            if upto > done:
+                self._run(np, key, records, plain[done:upto], ks, starts, ends, lazy)
+                done = upto
+            self._one(key, records[p], int(starts[p]), int(ends[p]), int(ks[p]), int(es[p]),
+                      bool(outlier[p]), bool(passing[p]))
+        if done < len(plain):
+            self._run(np, key, records, plain[done:], ks, starts, ends, lazy)
         if self._continued:
             sids = set(np.frombuffer(columns.sids, np.uint64)[~passing].tolist())
             for seen in [item for item in self._continued if item[0] == key and item[1] in sids]:
@@ -166,32 +191,29 @@ class BulkWindows:
             state[0], state[1], state[2] = (n0 + m, total0 + int(sums[-1]),
                                             squares0 + int(squares[-1]))
 
-    def _run(self: Any, np: Any, key: Any, records: Any, a: int, b: int, ks: Any, starts: Any,
-             ends: Any) -> None:
-        """Plain records `a` to `b` (each in an open window, ending in it, no outlier)."""
-        part = ks[a:b]
-        n = len(records)
+    def _run(self: Any, np: Any, key: Any, records: Any, plain: Any, ks: Any, starts: Any,
+             ends: Any, lazy: dict[int, bool]) -> None:
+        """Plain records at positions `plain`, in order (each in an open window, ending in it,
+        no outlier); `lazy`: per window, whether they wait there as positions."""
+        part = ks[plain]
         first = int(part[0])
         if bool((part == first).all()):
-            groups = [(first, np.arange(a, b))]
+            groups = [(first, plain)]
         else:
-            groups = [(int(k), np.flatnonzero(part == k) + a) for k in np.unique(part).tolist()]
+            groups = [(int(k), plain[part == k]) for k in np.unique(part).tolist()]
         for k, idx in groups:
             window = self.window(k)
             s, e = starts[idx], ends[idx]
-            if isinstance(window.records, deque):  # a ring (no cut, no outlier slice): all in
+            if window.ring:  # (no cut, no outlier slice): all in
                 last = window.records.maxlen or len(idx)  # earlier ones it would push out
                 if len(idx) > last:
                     idx, s, e = idx[-last:], s[-last:], e[-last:]
-                if isinstance(records, Rows) and not records.made and 8 * len(idx) >= n:
-                    window.add_chunk(key, records, idx, s, e)  # positions: made if kept
-                else:  # (a small part of the batch: its own records, not the whole batch's)
-                    window.add_chunk(key, _pick(records, idx), None, s, e)
+                _chunk(window, key, records, idx, s, e, lazy[k])
                 continue
-            self._admit(np, window, key, records, idx, s, e)
+            self._admit(np, window, key, records, idx, s, e, lazy[k])
 
     def _admit(self: Any, np: Any, window: Any, key: Any, records: Any, idx: Any, s: Any,
-               e: Any) -> None:
+               e: Any, lazy: bool) -> None:
         """Into a list window (scheduled, or sliced by an outlier): what `Windower._take` would
         admit appending them one by one (trimming to the earliest starts each time it is full,
         which moves the cut), appended in runs up to the next trim."""
@@ -204,12 +226,10 @@ class BulkWindows:
         dropped = len(admitted) - len(idx)
         cap = self._cap
         while len(idx):
-            held = window.records
-            room = max(1, cap - len(held))
-            held.extend(zip(repeat(key), _pick(records, idx[:room]), s[:room].tolist(),
-                            e[:room].tolist()))
+            room = max(1, cap - window.held())
+            _chunk(window, key, records, idx[:room], s[:room], e[:room], lazy)
             idx, s, e = idx[room:], s[room:], e[room:]
-            if len(held) >= cap:
+            if window.held() >= cap:
                 self._trim(window)
                 if window.cut is not None and len(idx):
                     admitted = s < window.cut
@@ -225,13 +245,11 @@ class BulkWindows:
             return
         if k >= self.next_close:
             window = self.window(k)
-            if outlier and window.since is None and isinstance(window.records, deque):
+            if outlier and window.since is None and window.ring:
                 window.keep_from(start, end - start)
-            if window.chunks:
-                window.settle()
             if window.admits(start, end):
-                window.records.append((key, record, start, end))
-                if len(window.records) >= self._cap and not isinstance(window.records, deque):
+                window.append(key, record, start, end)
+                if window.held() >= self._cap and not window.ring:
                     self._trim(window)
             else:
                 self.stats["sampled_out"] += 1
