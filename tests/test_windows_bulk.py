@@ -224,7 +224,7 @@ def test_a_ring_fed_in_bulk_holds_what_it_would_hold_record_by_record() -> None:
 def test_an_outlier_slicing_a_ring_with_made_and_pending_items_keeps_what_one_by_one_keeps(
         first: bool) -> None:
     # The outlier's slice of a ring that holds records taken one by one (items made already
-    # when they came `first`, before any chunk; a chunk of one behind the others if not) and
+    # when they came `first`, before any chunk; one chunk behind the others if not) and
     # chunks pending beyond its length: the slice keeps what one by one keeps, and the ring
     # pushes out what the whole chunks would have (`_Window.keep_from`).
     for sizes, cut_at in (([25, 20], 110), ([25, 20], 101), ([10, 40, 5], 140), ([28, 3], 131),
@@ -239,10 +239,10 @@ def test_an_outlier_slicing_a_ring_with_made_and_pending_items_keeps_what_one_by
                     sid += 1
                     start = T0 + SECOND + sid * 1000
                     records.append((sid, 0, "step", start, start + 500, 1, 9, None))
-                if n == 0:  # into the next window: taken one by one
-                    records.insert(0 if first else len(records),
-                                   (sid + 1000, 0, "span", T0 + SECOND + 2000,
-                                    T0 + 2 * SECOND + 5000, 1, 9, None))
+                if n == 0:  # into the next window: taken one by one, three in a row
+                    at = 0 if first else len(records)
+                    records[at:at] = [(sid + 1000 + j, 0, "span", T0 + SECOND + 2000 + j,
+                                       T0 + 2 * SECOND + 5000, 1, 9, None) for j in range(3)]
                 w.process([relayed(Batch({semconv.PROCESS_PID: 5}, 0, records))],
                           T0 + SECOND)
             start = T0 + SECOND + cut_at * 1000

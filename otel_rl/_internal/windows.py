@@ -85,18 +85,30 @@ class _Window:
         self.chunks.append((key, records, positions, starts, ends))
         self.pending += len(starts)
         if self.ring:
-            cap = self.records.maxlen
-            while self.pending - len(self.chunks[0][3]) >= cap:
-                self.pending -= len(self.chunks.pop(0)[3])
+            self._forget()
+
+    def _forget(self) -> None:
+        cap = self.records.maxlen
+        while self.pending - len(self.chunks[0][3]) >= cap:
+            self.pending -= len(self.chunks.pop(0)[3])
 
     def append(self, key: Any, record: Record, start: int, end: int) -> None:
-        """One arrival: an item, or a chunk of one behind the chunks already waiting."""
-        if not self.chunks:
+        """One arrival: an item, or behind the chunks already waiting (arrivals one by one in
+        a row, of one source, share a chunk, their times as lists)."""
+        chunks = self.chunks
+        if not chunks:
             self.records.append((key, record, start, end))
             return
-        import numpy as np  # (chunks come from `windows_bulk`, which has it loaded)
-
-        self.add_chunk(key, [record], None, _times(np, start), _times(np, end))
+        last = chunks[-1]
+        if last[0] == key and isinstance(last[3], list):
+            last[1].append(record)
+            last[3].append(start)
+            last[4].append(end)
+            self.pending += 1
+            if self.ring:
+                self._forget()
+        else:
+            self.add_chunk(key, [record], None, [start], [end])
 
     def held(self) -> int:
         """How many records the window holds now (a ring: at most its length)."""
@@ -119,15 +131,19 @@ class _Window:
         for key, records, positions, starts, ends in _skipped(self.chunks, skip):
             if positions is not None:
                 records = records.take(positions.tolist())
-            self.records.extend(zip(repeat(key), records, starts.tolist(), ends.tolist()))
+            self.records.extend(zip(repeat(key), records, _listed(starts), _listed(ends)))
         self.chunks = []
         self.pending = 0
 
     def _keep(self, chunks: list[tuple[Any, Any, Any, Any, Any]], keep: Callable[[Any, Any], Any],
               ) -> None:
         """`chunks` less what `keep(starts, ends)` (a boolean array) leaves out."""
+        import numpy as np  # (chunks come from `windows_bulk`, which has it loaded)
+
         self.chunks, self.pending = [], 0
         for key, records, positions, starts, ends in chunks:
+            if isinstance(starts, list):
+                starts, ends = np.array(starts, np.int64), np.array(ends, np.int64)
             admitted = keep(starts, ends)
             if not admitted.all():
                 if not admitted.any():
@@ -157,8 +173,8 @@ class _Window:
             return 0
         import numpy as np
 
-        starts = np.concatenate([_times(np, *(item[2] for item in self.records)),
-                                 *(chunk[3] for chunk in self.chunks)])
+        made = np.fromiter((item[2] for item in self.records), np.int64, len(self.records))
+        starts = np.concatenate([made, *(chunk[3] for chunk in self.chunks)])
         cut = int(np.partition(starts, limit)[limit])  # the earliest starts sorted: [limit]
         self.cut = cut if self.cut is None else min(self.cut, cut)
         cut = self.cut
@@ -167,10 +183,9 @@ class _Window:
         return held - self.held()
 
 
-def _times(np: Any, *values: int) -> Any:
-    """`values` (epoch ns) as an array, as a relayed batch's times are (`windows_bulk` places
-    only batches whose times int64 holds; a window's chunks come from those)."""
-    return np.array(values, np.int64)
+def _listed(times: Any) -> list[int]:
+    """A chunk's times as a list (arrays from a batch's columns, or lists already)."""
+    return times if isinstance(times, list) else times.tolist()  # type: ignore[no-any-return]
 
 
 def _skipped(chunks: list[tuple[Any, Any, Any, Any, Any]],

@@ -139,8 +139,8 @@ class BulkWindows:
         lazy = {k: _lazy(records, c) for k, c in zip(*(a.tolist() for a in shares), strict=True)}
 
         done = 0
-        for p in np.flatnonzero(slow).tolist():
-            upto = int(np.searchsorted(plain, p))
+        at = np.flatnonzero(slow)
+        for p, upto in zip(at.tolist(), np.searchsorted(plain, at).tolist(), strict=True):
             if upto > done:
                 self._run(np, key, records, plain[done:upto], ks, starts, ends, lazy)
                 done = upto
