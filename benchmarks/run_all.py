@@ -6,7 +6,10 @@ and the tables alone to ``benchmarks/results/latest.md``.
     python benchmarks/run_all.py --all          # and fork(), shutdown, Ray, the real Sample
                                                 # Factory, ML-Agents and RLlib runs (~50 min)
 
-Each benchmark runs in its own interpreter (a fresh process, nothing shared between them).
+Each benchmark runs in its own interpreter (a fresh process, nothing shared between them),
+with this checkout first on its path (not whatever otel_rl the interpreter has installed) and
+its compiled modules built in place first (``scripts/build_accel.py``, as the tests do; where
+that fails the benchmarks say they ran the pure-Python code).
 The exit status is 1 if any benchmark failed or one of its checks did (spans missing or
 dropped, wrong timer counts): then the JSON records the failure and no result is complete.
 """
@@ -62,7 +65,7 @@ def run_one(name: str, extra_args: Sequence[str], venv: str | None = None
         # Not `venv_python`: that installs the checkout and holds the framework tests' lock
         # for this process's life, and bench_rllib.py takes the same lock in its own process.
         python = framework_python(venv)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-") as tmp:
         path = os.path.join(tmp, f"{name}.json")
         proc = subprocess.Popen([python, os.path.join(HERE, f"{name}.py"),
@@ -128,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.all:
         plan += [(name, list(quick if args.quick else full), venv)
                  for name, full, quick, venv in MORE]
+    # The compiled modules of this checkout, for the interpreter that runs the benchmarks.
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "build_accel.py"), "--quiet",
+                    "--stale"], check=False)
     started = time.time()
     combined: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),

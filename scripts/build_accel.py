@@ -1,6 +1,6 @@
 """Build otel_rl's optional compiled hot path in place, for the Python that runs this.
 
-    python scripts/build_accel.py [--quiet]
+    python scripts/build_accel.py [--quiet] [--stale]
 
 What ``pip install .`` does through setup.py, without setuptools (the test venvs of
 scripts/python-matrix.sh have none): tests import the checkout, so each interpreter needs its
@@ -8,7 +8,8 @@ own ``otel_rl/_internal/_hotpath.<tag>.so`` (and ``_metricsacc.<tag>.so``, the m
 reader, ``_relaycols.<tag>.so``, the relay's column writer, and ``_timingacc.<tag>.so``, Sample
 Factory's Timing) beside the source. Uses the compiler and flags
 Python was built with (``CC`` overrides the compiler). Exits 1 with the compiler's message if
-the build fails; otel_rl then runs its pure-Python hot path.
+the build fails; otel_rl then runs its pure-Python hot path. ``--stale``: only the modules
+whose build is missing or older than its source (`benchmarks/run_all.py`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ SOURCES = [ROOT / "otel_rl" / "_internal" / name
 SOURCE = SOURCES[0]
 
 
-def build(source: Path, quiet: bool) -> int:
+def build(source: Path, quiet: bool, stale: bool = False) -> int:
     target = source.with_name(source.stem + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    if stale and target.exists() and target.stat().st_mtime >= max(
+            source.stat().st_mtime, (source.parent / "_accel.h").stat().st_mtime):
+        return 0
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     # Built beside and renamed over: a process that has the old build loaded keeps its copy.
     partial = target.with_name(f".{target.name}.{os.getpid()}")
@@ -53,7 +57,7 @@ def build(source: Path, quiet: bool) -> int:
 
 
 def main(argv: list[str]) -> int:
-    return max(build(source, "--quiet" in argv) for source in SOURCES)
+    return max(build(source, "--quiet" in argv, "--stale" in argv) for source in SOURCES)
 
 
 if __name__ == "__main__":
