@@ -132,7 +132,7 @@ class BulkWindows:
         gone = late & ~kept_late & ~passing & (es <= ks)
         slow = (passing | late | (es > ks) | outlier) & ~gone
         plain = np.flatnonzero(~(slow | gone))
-        self.stats["sampled_out"] += n - len(plain) - int(slow.sum())
+        self.stats["sampled_out"] += int(gone.sum())
         # Whether a window's plain records of this batch wait there as positions (`_lazy`):
         # by how many the window gets in all, whatever the runs they come in.
         shares = np.unique(ks[plain], return_counts=True)
