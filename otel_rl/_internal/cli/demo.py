@@ -146,6 +146,12 @@ def _make_run_dir(output: Path, run_id: str, force: bool) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Train, shut telemetry down, then read the results back and write the report."""
     _check_options(args)
+    # One BLAS thread, unless the environment says otherwise: the demo's networks are tiny
+    # and its env workers are processes, so a BLAS pool adds nothing but a thread alive at
+    # every fork. OpenBLAS starts its pool when numpy loads and ends it inside fork(), where
+    # the kernel may still count it: Python 3.12+ then warned the demo was multi-threaded.
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
     # numpy and the trainer are imported only now: `otel-rl --help` stays fast.
     import otel_rl
     from otel_rl._internal.demo.training import TrainingOptions, run_training
