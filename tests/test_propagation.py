@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,13 @@ def check_trace(tree: dict[str, Any], spans: list[SpanData], processes: int | se
             assert parent.start_ns <= s.start_ns, s.name
             if contained:
                 assert s.end_ns <= parent.end_ns, s.name
-    pids = {s.resource[semconv.PROCESS_PID] for s in spans}
-    assert len(pids) in (processes if isinstance(processes, set) else {processes})
+    pids = Counter(s.resource[semconv.PROCESS_PID] for s in spans)
+    # Said in full when it fails (a rare silent loss seen twice in whole-suite runs): spans
+    # per pid, the workers the tree holds and the run's metadata (its ledger, if it lost any).
+    assert len(pids) in (processes if isinstance(processes, set) else {processes}), (
+        f"spans per pid {dict(pids)}; workers in timers.json "
+        f"{[(w.get('pid'), w.get('index')) for w in tree.get('workers', [])]}; "
+        f"metadata {tree.get('metadata')}")
     assert shape(build_tree(spans).to_dict()) == shape(tree)
     return by_id
 
