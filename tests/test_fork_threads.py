@@ -206,7 +206,8 @@ def test_fork_workers_after_configure_warn_nothing_and_are_counted(tmp_path: Pat
 DEMO = """
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    blas = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    for name in blas:
         os.environ.pop(name, None)  # the demo's own choice, however the tests were launched
     seen = []
 
@@ -220,18 +221,20 @@ DEMO = """
     code = main(["demo", "--steps", "600", "--workers", "2", "--start-method", "fork",
                  "--quiet", "--output", sys.argv[2]])
     with open(sys.argv[3], "w") as f:
-        json.dump({"code": code, "threads_at_fork": seen}, f)
+        json.dump({"code": code, "threads_at_fork": seen,
+                   "environment_after": [os.environ.get(name) for name in blas]}, f)
 """
 
 
 def test_the_demo_with_fork_workers_forks_single_threaded(tmp_path: Path) -> None:
     """No thread at all when the demo forks its env workers: numpy's OpenBLAS pool (started
     when numpy loads, ended by OpenBLAS inside fork(), now and then still counted there) is
-    one thread, as the demo runs it."""
+    one thread, as the demo runs it), and the caller's environment as it was after it."""
     result = tmp_path / "result.json"
     run_program(tmp_path, DEMO, str(tmp_path / "out"), str(result))
     done = json.loads(result.read_text())
-    assert done == {"code": 0, "threads_at_fork": [1, 1]}
+    assert done == {"code": 0, "threads_at_fork": [1, 1],
+                    "environment_after": [None, None, None]}
     tree = json.loads((tmp_path / "out" / "demo" / "run_logs" / "timers.json").read_text())
     assert any(path[-1] == "worker_step" for path in counts(tree))
 

@@ -16,7 +16,8 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
@@ -143,15 +144,37 @@ def _make_run_dir(output: Path, run_id: str, force: bool) -> Path:
     return run_dir
 
 
+#: What sets the BLAS libraries' thread pools (OpenBLAS, OpenMP, MKL), read when numpy loads.
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """One BLAS thread for the run (and its workers, which inherit the environment), unless
+    the environment says otherwise; the caller's environment as it was afterwards.
+
+    The demo's networks are tiny and its env workers are processes, so a BLAS pool adds
+    nothing but a thread alive at every fork: OpenBLAS starts its pool when numpy loads and
+    ends it inside fork(), where the kernel may still count it, and Python 3.12+ then warned
+    that the demo was multi-threaded."""
+    added = [name for name in _BLAS_THREADS if name not in os.environ]
+    for name in added:
+        os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 def run(args: argparse.Namespace) -> int:
     """Train, shut telemetry down, then read the results back and write the report."""
     _check_options(args)
-    # One BLAS thread, unless the environment says otherwise: the demo's networks are tiny
-    # and its env workers are processes, so a BLAS pool adds nothing but a thread alive at
-    # every fork. OpenBLAS starts its pool when numpy loads and ends it inside fork(), where
-    # the kernel may still count it: Python 3.12+ then warned the demo was multi-threaded.
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(name, "1")
+    with _one_blas_thread():
+        return _train_and_report(args)
+
+
+def _train_and_report(args: argparse.Namespace) -> int:
     # numpy and the trainer are imported only now: `otel-rl --help` stays fast.
     import otel_rl
     from otel_rl._internal.demo.training import TrainingOptions, run_training
