@@ -16,12 +16,13 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def package_at_revision(rev: str, into: str) -> bool:
-    """Extract the ``otel_rl`` package as of git revision `rev` into the folder `into` (to
-    run a whole program against it); whether git could give it."""
+def package_at_revision(rev: str, into: str, *paths: str) -> bool:
+    """Extract the ``otel_rl`` package (and `paths` of the repository) as of git revision
+    `rev` into the folder `into` (to run a whole program against it); whether git could give
+    it."""
     archive = os.path.join(into, "otel_rl.tar")
     try:
-        subprocess.run(["git", "archive", "-o", archive, rev, "otel_rl"], cwd=ROOT,
+        subprocess.run(["git", "archive", "-o", archive, rev, "otel_rl", *paths], cwd=ROOT,
                        capture_output=True, timeout=60, check=True)
     except (OSError, subprocess.SubprocessError):
         return False
@@ -29,6 +30,21 @@ def package_at_revision(rev: str, into: str) -> bool:
         tar.extractall(into, filter="data")
     os.remove(archive)
     return True
+
+
+def built_package_at_revision(rev: str, into: str, python: str) -> str | None:
+    """`package_at_revision` with its compiled modules built in place for `python` by that
+    revision's own ``scripts/build_accel.py``: None if git cannot give the package, else what
+    that otel_rl runs ("compiled", or "pure Python" and why)."""
+    if not package_at_revision(rev, into, "scripts/build_accel.py"):
+        if not package_at_revision(rev, into):
+            return None
+        return "pure Python (no scripts/build_accel.py at that revision)"
+    done = subprocess.run([python, os.path.join(into, "scripts", "build_accel.py")],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        return f"pure Python (its build failed: {(done.stdout + done.stderr).strip()[-200:]})"
+    return "compiled"
 
 
 def module_at_revision(rev: str, path: str, name: str) -> ModuleType | None:

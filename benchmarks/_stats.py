@@ -63,15 +63,15 @@ def _ratio_of_medians(pairs: Sequence[tuple[float, float]]) -> float:
 
 
 def round_ratios(runs: dict[str, list[dict[str, Any]]], variant: str,
-                 keys: Sequence[str]) -> dict[str, Any]:
-    """`variant` / plain for each of `keys` of a real-run benchmark's rows (one per round, the
-    same rounds for every variant): the ratio of medians with its 95 % interval
+                 keys: Sequence[str], base: str = "plain") -> dict[str, Any]:
+    """`variant` / `base` for each of `keys` of a real-run benchmark's rows (one per round,
+    the same rounds for every variant): the ratio of medians with its 95 % interval
     (`ratio_of_medians_ci`), the spread of the per-round ratios, and their median with its
     95 % interval."""
     ratios: dict[str, Any] = {}
     for key in keys:
         mine = [row[key] for row in runs[variant]]
-        plain = [row[key] for row in runs["plain"]]
+        plain = [row[key] for row in runs[base]]
         per_round = [m / p for m, p in zip(mine, plain, strict=True) if p]
         of_medians, low, high = ratio_of_medians_ci(mine, plain)
         ratios[key] = {"of_medians": of_medians, "of_medians_ci": [low, high],
@@ -85,7 +85,7 @@ def summarize_rounds(runs: dict[str, list[dict[str, Any]]],
                      keys: Sequence[str]) -> dict[str, Any]:
     """A real-run benchmark's results: medians (min-max) of `keys` per variant, its failed
     checks, and ``ratios``: otel_rl / plain (``variant_ratios``: the other variants', if any
-    ran), as `round_ratios` gives them."""
+    ran; ``against``: otel_rl / each ``otel_rl@REV`` variant), as `round_ratios` gives them."""
     summary: dict[str, Any] = {}
     for variant, rows in runs.items():
         summary[variant] = {"checks": sorted({c for r in rows for c in r["checks"]})}
@@ -94,21 +94,31 @@ def summarize_rounds(runs: dict[str, list[dict[str, Any]]],
             summary[variant][key] = {"median": statistics.median(values), "min": min(values),
                                      "max": max(values)}
     others = {v: round_ratios(runs, v, keys) for v in runs if v not in ("plain", "otel_rl")}
+    earlier = {v: round_ratios(runs, "otel_rl", keys, base=v)
+               for v in runs if v.startswith("otel_rl@")}
     return {"summary": summary, "ratios": round_ratios(runs, "otel_rl", keys),
-            **({"variant_ratios": others} if others else {})}
+            **({"variant_ratios": others} if others else {}),
+            **({"against": earlier} if earlier else {})}
 
 
-def ratio_rows(ratios: dict[str, dict[str, Any]], keys: Sequence[str]) -> list[str]:
-    """The markdown rows of `round_ratios`'s results, three per variant."""
+def ratio_rows(ratios: dict[str, dict[str, Any]], keys: Sequence[str],
+               over: str = "plain") -> list[str]:
+    """The markdown rows of `round_ratios`'s results, three per variant (each over `over`)."""
     lines = []
     for variant, r in ratios.items():
         cells = [f"**{r[k]['of_medians']:.3f}×** ({r[k]['per_round_min']:.3f}–"
                  f"{r[k]['per_round_max']:.3f})" for k in keys]
-        lines.append(f"| {variant} / plain (per-round spread) | " + " | ".join(cells) + " |")
+        lines.append(f"| {variant} / {over} (per-round spread) | " + " | ".join(cells) + " |")
         cells = ["[{:.3f}–{:.3f}]".format(*r[k]["of_medians_ci"]) for k in keys]
-        lines.append(f"| {variant} / plain, 95 % interval of that ratio (rounds resampled) | "
+        lines.append(f"| {variant} / {over}, 95 % interval of that ratio (rounds resampled) | "
                      + " | ".join(cells) + " |")
         cells = ["{:.3f} [{:.3f}–{:.3f}]".format(*r[k]["per_round_median_ci"]) for k in keys]
-        lines.append(f"| {variant} / plain, per-round median [95 % CI] | "
+        lines.append(f"| {variant} / {over}, per-round median [95 % CI] | "
                      + " | ".join(cells) + " |")
     return lines
+
+
+def against_rows(results: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    """`ratio_rows` of otel_rl over each ``otel_rl@REV`` variant (none if none ran)."""
+    return [row for base, r in results.get("against", {}).items()
+            for row in ratio_rows({"otel_rl": r}, keys, over=base)]

@@ -1,6 +1,7 @@
 """The real ML-Agents run with and without otel_rl: steps per second and CPU of all processes.
 
     python benchmarks/bench_mlagents.py [--rounds N] [--steps N] [--envs N] [--quick] [--json FILE]
+                                        [--also VARIANT,...] [--against REV,...]
 
 ML-Agents 1.1.0 PPO through ``mlagents-learn``'s own code path (``tests/frameworks/
 mlagents_train.py``: ``learn.run_cli``, a ``SubprocessEnvManager`` of 2 env worker processes,
@@ -31,6 +32,7 @@ from _stats import summarize_rounds
 from bench_sample_factory import (
     KEYS,
     TREE,
+    against,
     also,
     interleaved,
     measured,
@@ -93,6 +95,7 @@ def main() -> int:
     rounds, steps = (2, 3000) if args.quick else (args.rounds, args.steps)
     python = venv_python("mlagents")
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-mlagents-") as workdir:
+        others += against(args.against, python, workdir)
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, args.envs, workdir),
                            rate="steps/s", others=others)

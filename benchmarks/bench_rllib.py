@@ -1,7 +1,8 @@
 """The real RLlib PPO run with and without otel_rl: training iterations per second.
 
     python benchmarks/bench_rllib.py [--rounds N] [--iterations N] [--quick] [--json FILE]
-                                     [--also spans_off,disabled] [--no-collect]
+                                     [--also spans_off,disabled] [--against REV,...]
+                                     [--no-collect]
 
 RLlib 2.60 PPO on CartPole (new API stack, 2 env runners, a Learner actor, 400 env steps per
 iteration; ``tests/frameworks/rllib_train.py``), in the venv ``scripts/setup-frameworks.sh
@@ -37,12 +38,13 @@ import tempfile
 from typing import Any
 
 from _report import failed_checks_lines, finish
-from _stats import ratio_rows, summarize_rounds
+from _stats import against_rows, ratio_rows, summarize_rounds
 from bench_sample_factory import (
     TREE,
-    VARIANTS,
+    against,
     also,
     interleaved,
+    launcher,
     variants_argument,
     venv_python,
 )
@@ -74,14 +76,13 @@ def one_run(python: str, variant: str, iterations: int, workdir: str,
         env["RLLIB_TRAIN_COLLECT"] = "1"
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["PYTHONWARNINGS"] = "ignore"
-    env.update(VARIANTS.get(variant, {}))
     results = os.path.join(workdir, f"{variant}.json")
     out = os.path.join(workdir, f"otel-{variant}")
     shutil.rmtree(out, ignore_errors=True)
     argv = [python, SCRIPT, results, str(iterations)]
     if variant != "plain":
-        argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python",
-                SCRIPT, results, str(iterations)]
+        argv = [*launcher(python, variant, out, env), "python", SCRIPT, results,
+                str(iterations)]
     done, tree_cpu, wall = TREE.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
                                     stdin=subprocess.DEVNULL, timeout=1800)
     checks = []
@@ -136,7 +137,8 @@ def render(results: dict[str, Any]) -> str:
                                                               ("tree_cpu_s", 1),
                                                               ("wall_s", 1))]
         lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
-    return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS)])
+    return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS),
+                      *against_rows(results, KEYS)])
 
 
 def main() -> int:
@@ -153,10 +155,11 @@ def main() -> int:
     rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
     python = venv_python("ray")
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:
+        others = also(args.also) + against(args.against, python, workdir)
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, iterations, workdir,
                                                    args.collect),
-                           rate="it/s", others=also(args.also), key="it_per_s")
+                           rate="it/s", others=others, key="it_per_s")
     results = {"rounds": rounds, "iterations": iterations, "collect": args.collect,
                "cpu_method": TREE.method, "runs": runs,
                **summarize_rounds(runs, KEYS)}

@@ -1,6 +1,7 @@
 """The real Sample Factory run with and without otel_rl: FPS and CPU seconds of all processes.
 
     python benchmarks/bench_sample_factory.py [--rounds N] [--steps N] [--quick] [--json FILE]
+                                              [--also VARIANT,...] [--against REV,...]
 
 Sample Factory 2.1.1 APPO on CartPole (``python -m sf_examples.train_gym_env``, 2 rollout
 workers x 8 envs, CPU), in the venv ``scripts/setup-frameworks.sh sf`` builds, with this
@@ -13,6 +14,11 @@ Reported: medians (min-max) and the ratio of medians otel_rl / plain, with the s
 per-round ratios, a 95 % interval of the ratio (rounds resampled whole: `_stats.py`) and the
 median of the per-round ratios. Checks: every run exits 0 and collects at least the steps
 asked for; the otel_rl run writes timers.json with the components.
+
+``--against REV``: one more variant, ``otel_rl@REV``: under ``otel-rl run`` with otel_rl as
+of that git revision (extracted and built for the venv's Python, first on PYTHONPATH), so
+a change is told apart from the machine's drift in the same rounds (``otel_rl /
+otel_rl@REV`` rows; also in bench_mlagents.py and bench_rllib.py).
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from _cpu import TreeCpu
-from _report import failed_checks_lines, finish
-from _stats import ratio_rows, summarize_rounds
+from _report import built_package_at_revision, failed_checks_lines, finish
+from _stats import against_rows, ratio_rows, summarize_rounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -38,6 +44,9 @@ _LOCKS: list[Any] = []
 #: Variants under ``otel-rl run`` and the settings they add (besides ``plain``).
 VARIANTS = {"otel_rl": {}, "spans_off": {"OTEL_RL_SPANS": "off"},
             "disabled": {"OTEL_RL_DISABLED": "true"}}
+#: Variants of otel_rl as of an earlier git revision (``--against REV``: ``otel_rl@REV``, default
+#: settings) -> the folder holding that otel_rl (`_report.built_package_at_revision`).
+REVISIONS: dict[str, str] = {}
 #: What a real run measures, each round's row (this bench's and ML-Agents'; RLlib's has its own).
 KEYS = ("fps", "cpu_s", "wall_s")
 #: Measures each run's whole process tree.
@@ -88,11 +97,21 @@ def measured(python: str, command: list[str], variant: str, workdir: str
     env["PYTHONWARNINGS"] = "ignore"
     argv = [python, *command]
     if variant != "plain":
-        env.update(VARIANTS[variant])
-        out = os.path.join(workdir, f"otel-{variant}")
-        argv = [os.path.join(bindir, "otel-rl"), "run", "--output", out, "--", "python", *command]
+        argv = [*launcher(python, variant, os.path.join(workdir, f"otel-{variant}"), env),
+                "python", *command]
     return TREE.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
                     stdin=subprocess.DEVNULL, timeout=1800)
+
+
+def launcher(python: str, variant: str, out: str, env: dict[str, str]) -> list[str]:
+    """``otel-rl run --output OUT --`` as `variant` runs it, its settings added to `env`: the
+    venv's installed otel_rl, or (a `REVISIONS` variant) that revision's, first on PYTHONPATH
+    (so in every process of the program: they inherit it)."""
+    if variant in REVISIONS:
+        env["PYTHONPATH"] = REVISIONS[variant]
+        return [python, "-m", "otel_rl", "run", "--output", out, "--"]
+    env.update(VARIANTS[variant])
+    return [os.path.join(os.path.dirname(python), "otel-rl"), "run", "--output", out, "--"]
 
 
 def one_run(python: str, variant: str, steps: int, workdir: str) -> dict[str, Any]:
@@ -130,7 +149,8 @@ def table(results: dict[str, Any], title: str, fps_label: str) -> str:
                  f"{s[variant][k]['max']:.{d}f})" for k, d in (("fps", 0), ("cpu_s", 1),
                                                               ("wall_s", 1))]
         lines.append(f"| {names.get(variant, variant)} | " + " | ".join(cells) + " |")
-    return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS)])
+    return "\n".join([*failed_checks_lines(results), *lines, *ratio_rows(ratios, KEYS),
+                      *against_rows(results, KEYS)])
 
 
 def render(results: dict[str, Any]) -> str:
@@ -161,6 +181,10 @@ def variants_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--also", default="", metavar="VARIANT,...",
                         help="more variants beside plain and otel_rl: "
                              + ", ".join(v for v in VARIANTS if v != "otel_rl"))
+    parser.add_argument("--against", default="", metavar="REV,...",
+                        help="more variants: otel_rl as of these git revisions (otel_rl@REV, "
+                             "default settings), compared with this checkout's in the same "
+                             "rounds")
 
 
 def also(value: str) -> list[str]:
@@ -168,6 +192,22 @@ def also(value: str) -> list[str]:
     for name in names:
         if name not in VARIANTS or name == "otel_rl":
             sys.exit(f"--also: unknown variant {name!r}")
+    return names
+
+
+def against(value: str, python: str, into: str) -> list[str]:
+    """The ``otel_rl@REV`` variants of ``--against`` (`REVISIONS`), each revision's otel_rl
+    extracted into a folder under `into` and built for `python`."""
+    names = []
+    for rev in filter(None, value.split(",")):
+        folder = os.path.join(into, f"otel_rl-{len(names)}")
+        os.makedirs(folder)
+        runs = built_package_at_revision(rev, folder, python)
+        if runs is None:
+            sys.exit(f"--against: git cannot give otel_rl at {rev!r}")
+        print(f"otel_rl@{rev}: {runs}", flush=True)
+        REVISIONS[f"otel_rl@{rev}"] = folder
+        names.append(f"otel_rl@{rev}")
     return names
 
 
@@ -184,6 +224,7 @@ def main() -> int:
     others = also(args.also)
     python = venv_python()
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-sf-") as workdir:
+        others += against(args.against, python, workdir)
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, workdir),
                            others=others)

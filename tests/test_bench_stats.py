@@ -87,3 +87,23 @@ def test_a_benchmarks_summary_and_its_rows() -> None:
         "| disabled / plain, 95 % interval of that ratio (rounds resampled)",
         "| disabled / plain, per-round median [95 % CI]"]
     assert rows[0].endswith("| **1.000×** (0.950–1.100) |")
+
+
+def test_the_checkout_over_an_earlier_revision_in_the_same_rounds() -> None:
+    runs = {"plain": _rows([40.0, 36.0, 38.0]), "otel_rl": _rows([38.0, 39.6, 38.0]),
+            "otel_rl@abc123": _rows([40.0, 36.0, 41.8])}
+    results = stats.summarize_rounds(runs, ("fps", "cpu_s"))
+    cpu = results["against"]["otel_rl@abc123"]["cpu_s"]
+    assert cpu["of_medians"] == pytest.approx(38.0 / 40.0)
+    assert cpu["per_round_min"] == pytest.approx(38.0 / 41.8)
+    assert cpu["per_round_max"] == pytest.approx(1.1)
+    # Over plain too, as any other variant.
+    assert results["variant_ratios"]["otel_rl@abc123"]["cpu_s"]["of_medians"] == \
+        pytest.approx(40.0 / 38.0)
+    rows = stats.against_rows(results, ("fps", "cpu_s"))
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| otel_rl / otel_rl@abc123 (per-round spread)",
+        "| otel_rl / otel_rl@abc123, 95 % interval of that ratio (rounds resampled)",
+        "| otel_rl / otel_rl@abc123, per-round median [95 % CI]"]
+    assert stats.against_rows(stats.summarize_rounds(
+        {"plain": runs["plain"], "otel_rl": runs["otel_rl"]}, ("cpu_s",)), ("cpu_s",)) == []

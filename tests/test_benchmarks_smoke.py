@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -208,3 +209,28 @@ def test_bench_metrics_smoke_runs_both_column_readers_and_sizes_an_export(
     assert results["export"]["series"] == 100 * 2 * 31 + 100 * 3 * 2
     assert results["export_exponential"]["series"] == 100 * 2 + 100 * 3 * 2
     assert results["export"]["bytes_with_exemplars"] > results["export"]["bytes"] > 0
+
+
+def test_an_earlier_revision_runs_from_a_folder_of_its_own(tmp_path: Path) -> None:
+    """What ``--against REV`` runs (`_report.built_package_at_revision`): otel_rl as of REV,
+    extracted by git, built for the Python given, imported first from PYTHONPATH."""
+    report = _load("_report")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCHMARKS, capture_output=True,
+                          text=True, check=False)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout: no revision to extract")
+    folder = tmp_path / "at-head"
+    folder.mkdir()
+    runs = report.built_package_at_revision(head.stdout.strip(), str(folder), sys.executable)
+    assert runs == "compiled" or runs.startswith("pure Python ("), runs
+    elsewhere = tmp_path / "elsewhere"  # not the checkout: `-c` puts the cwd first on the path
+    elsewhere.mkdir()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import otel_rl; from otel_rl._internal import accel; "
+         "print(otel_rl.__file__, accel.compiled() is not None)"],
+        cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(folder)}, capture_output=True,
+        text=True, timeout=60, check=True)
+    assert probe.stdout.split() == [str(folder / "otel_rl" / "__init__.py"),
+                                    str(runs == "compiled")]
+    assert report.built_package_at_revision("no-such-revision", str(tmp_path), sys.executable
+                                            ) is None
