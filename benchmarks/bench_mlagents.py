@@ -98,8 +98,9 @@ def main() -> int:
         others += against(args.against, python, workdir)
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, args.envs, workdir),
-                           rate="steps/s", others=others)
+                           rate="steps/s", others=others, side_by_side=args.side_by_side)
     results = {"rounds": rounds, "steps": steps, "envs": args.envs, "cpu_method": TREE.method,
+               "side_by_side": args.side_by_side,
                "runs": runs,
                **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)

@@ -45,6 +45,7 @@ from bench_sample_factory import (
     also,
     interleaved,
     launcher,
+    side_by_side_lines,
     variants_argument,
     venv_python,
 )
@@ -124,7 +125,8 @@ def render(results: dict[str, Any]) -> str:
              f"iterations (first left out), {results['rounds']} interleaved rounds "
              f"(median, min–max){'' if results.get('collect', False) else ', no collection'}",
              "",
-             f"CPU of every process counted by {results.get('cpu_method', '-')}.", "",
+             f"CPU of every process counted by {results.get('cpu_method', '-')}.",
+             *side_by_side_lines(results), "",
              "| | iterations/s (algo.train()) | CPU s per iteration, training alone | "
              "CPU s: driver + env runners + learner | CPU s: every process of the run | "
              "wall s, whole run |",
@@ -159,8 +161,10 @@ def main() -> int:
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, iterations, workdir,
                                                    args.collect),
-                           rate="it/s", others=others, key="it_per_s")
+                           rate="it/s", others=others, key="it_per_s",
+                           side_by_side=args.side_by_side)
     results = {"rounds": rounds, "iterations": iterations, "collect": args.collect,
+               "side_by_side": args.side_by_side,
                "cpu_method": TREE.method, "runs": runs,
                **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from _cpu import TreeCpu
@@ -51,6 +52,10 @@ REVISIONS: dict[str, str] = {}
 KEYS = ("fps", "cpu_s", "wall_s")
 #: Measures each run's whole process tree.
 TREE = TreeCpu()
+#: What ``--side-by-side`` measures and does not.
+SIDE_BY_SIDE = ("every variant of a round shares the machine's same moment, so the CPU ratios "
+                "lose the drift between runs; the variants compete for the cores, so the rates "
+                "are not a single run's")
 COLLECTED = re.compile(r"Collected \{0: (\d+)\}, FPS: ([\d.]+)")
 
 
@@ -142,7 +147,8 @@ def table(results: dict[str, Any], title: str, fps_label: str) -> str:
     names = {"plain": "plain", "otel_rl": "under `otel-rl run` (auto)",
              "spans_off": "under `otel-rl run`, `spans=off`",
              "disabled": "under `otel-rl run`, `disabled`"}
-    lines = [title, "", f"CPU counted by {results.get('cpu_method', 'RUSAGE_CHILDREN')}.", "",
+    lines = [title, "", f"CPU counted by {results.get('cpu_method', 'RUSAGE_CHILDREN')}.",
+             *side_by_side_lines(results), "",
              f"| | {fps_label} | CPU s, all processes | wall s |", "|---|---|---|---|"]
     for variant in s:
         cells = [f"{s[variant][k]['median']:.{d}f} ({s[variant][k]['min']:.{d}f}–"
@@ -153,6 +159,13 @@ def table(results: dict[str, Any], title: str, fps_label: str) -> str:
                       *against_rows(results, KEYS)])
 
 
+def side_by_side_lines(results: dict[str, Any]) -> list[str]:
+    """The line a table gets when its rounds ran their variants at once."""
+    if not results.get("side_by_side"):
+        return []
+    return ["", f"Each round's variants ran side by side, at the same time: {SIDE_BY_SIDE}."]
+
+
 def render(results: dict[str, Any]) -> str:
     return table(results, f"Sample Factory 2.1.1 APPO CartPole, {results['steps']} env steps, "
                  f"2 rollout workers × 8 envs, {results['rounds']} interleaved rounds (median, "
@@ -161,16 +174,21 @@ def render(results: dict[str, Any]) -> str:
 
 def interleaved(rounds: int, seed: int, run: Callable[[str], dict[str, Any]],
                 rate: str = "FPS", others: Sequence[str] = (),
-                key: str = "fps") -> dict[str, list[dict[str, Any]]]:
+                key: str = "fps", side_by_side: bool = False) -> dict[str, list[dict[str, Any]]]:
     """`rounds` rounds of `run(variant)`: plain, otel_rl and `others` in a shuffled order each
-    round (each run's `rate` printed from its row's `key`)."""
+    round (each run's `rate` printed from its row's `key`). `side_by_side`: a round's runs at
+    once instead, started in that order (see `SIDE_BY_SIDE`)."""
     order = random.Random(seed)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in ("plain", "otel_rl", *others)}
     for i in range(rounds):
         variants = list(runs)
         order.shuffle(variants)
-        for variant in variants:
-            row = run(variant)
+        if side_by_side:
+            with ThreadPoolExecutor(len(variants)) as pool:
+                rows = dict(zip(variants, pool.map(run, variants), strict=True))
+        else:
+            rows = {variant: run(variant) for variant in variants}
+        for variant, row in rows.items():
             runs[variant].append(row)
             print(f"round {i + 1}/{rounds} {variant:9s} {rate} {row[key]:8.1f}  CPU "
                   f"{row['cpu_s']:6.1f} s  wall {row['wall_s']:5.1f} s", flush=True)
@@ -185,6 +203,8 @@ def variants_argument(parser: argparse.ArgumentParser) -> None:
                         help="more variants: otel_rl as of these git revisions (otel_rl@REV, "
                              "default settings), compared with this checkout's in the same "
                              "rounds")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="run each round's variants at the same time (" + SIDE_BY_SIDE + ")")
 
 
 def also(value: str) -> list[str]:
@@ -227,8 +247,9 @@ def main() -> int:
         others += against(args.against, python, workdir)
         runs = interleaved(rounds, args.seed,
                            lambda variant: one_run(python, variant, steps, workdir),
-                           others=others)
+                           others=others, side_by_side=args.side_by_side)
     results = {"rounds": rounds, "steps": steps, "cpu_method": TREE.method, "runs": runs,
+               "side_by_side": args.side_by_side,
                **summarize_rounds(runs, KEYS)}
     return finish(results, args.json, render)
 

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -234,3 +235,24 @@ def test_an_earlier_revision_runs_from_a_folder_of_its_own(tmp_path: Path) -> No
                                     str(runs == "compiled")]
     assert report.built_package_at_revision("no-such-revision", str(tmp_path), sys.executable
                                             ) is None
+
+
+def test_side_by_side_rounds_run_their_variants_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--side-by-side`` (the real-run benches' `interleaved`): a round's variants all run at
+    the same time, each row filed under its own variant; without it, one at a time."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    bench = _load("bench_sample_factory")
+
+    def runner(wait: float) -> Any:
+        barrier = threading.Barrier(3, timeout=wait)
+
+        def run(variant: str) -> dict[str, Any]:
+            barrier.wait()  # passes only once the round's three runs are running together
+            return {"fps": float(len(variant)), "cpu_s": 1.0, "wall_s": 1.0, "checks": []}
+        return run
+
+    runs = bench.interleaved(3, 0, runner(30.0), others=["disabled"], side_by_side=True)
+    assert {v: [row["fps"] for row in rows] for v, rows in runs.items()} == {
+        "plain": [5.0] * 3, "otel_rl": [7.0] * 3, "disabled": [8.0] * 3}
+    with pytest.raises(threading.BrokenBarrierError):
+        bench.interleaved(1, 0, runner(0.2), others=["disabled"])
