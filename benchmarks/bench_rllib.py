@@ -154,6 +154,8 @@ def main() -> int:
                         help="no full garbage collection once the algorithm is built")
     variants_argument(parser)
     args = parser.parse_args()
+    if args.side_by_side:  # two local Ray instances at once: not tried here
+        parser.error("--side-by-side is not supported for the RLlib run")
     rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
     python = venv_python("ray")
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:
