@@ -1,7 +1,7 @@
 """The real ML-Agents run with and without otel_rl: steps per second and CPU of all processes.
 
     python benchmarks/bench_mlagents.py [--rounds N] [--steps N] [--envs N] [--quick] [--json FILE]
-                                        [--also VARIANT,...] [--against REV,...]
+                                        [--also VARIANT,...] [--against REV,...] [--side-by-side]
 
 ML-Agents 1.1.0 PPO through ``mlagents-learn``'s own code path (``tests/frameworks/
 mlagents_train.py``: ``learn.run_cli``, a ``SubprocessEnvManager`` of 2 env worker processes,

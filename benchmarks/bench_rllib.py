@@ -2,7 +2,7 @@
 
     python benchmarks/bench_rllib.py [--rounds N] [--iterations N] [--quick] [--json FILE]
                                      [--also spans_off,disabled] [--against REV,...]
-                                     [--no-collect]
+                                     [--no-collect] [--side-by-side]
 
 RLlib 2.60 PPO on CartPole (new API stack, 2 env runners, a Learner actor, 400 env steps per
 iteration; ``tests/frameworks/rllib_train.py``), in the venv ``scripts/setup-frameworks.sh
@@ -154,8 +154,6 @@ def main() -> int:
                         help="no full garbage collection once the algorithm is built")
     variants_argument(parser)
     args = parser.parse_args()
-    if args.side_by_side:  # two local Ray instances at once: not tried here
-        parser.error("--side-by-side is not supported for the RLlib run")
     rounds, iterations = (3, 5) if args.quick else (args.rounds, args.iterations)
     python = venv_python("ray")
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rllib-") as workdir:

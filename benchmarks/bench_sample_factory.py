@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sample_factory.py [--rounds N] [--steps N] [--quick] [--json FILE]
                                               [--also VARIANT,...] [--against REV,...]
+                                              [--side-by-side]
 
 Sample Factory 2.1.1 APPO on CartPole (``python -m sf_examples.train_gym_env``, 2 rollout
 workers x 8 envs, CPU), in the venv ``scripts/setup-frameworks.sh sf`` builds, with this
