@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.record import Record
@@ -23,7 +24,23 @@ from otel_rl._internal.sinks.base import Sink, Stats
 from otel_rl._internal.sinks.queue import SinkQueue
 from otel_rl._internal.threads import Daemon, start_daemon, stopping
 
-__all__ = ["Pipeline"]
+__all__ = ["PACK_RECORDS", "Packer", "Pipeline"]
+
+#: A packing pipeline lays out its buffer about every this many records (`Pipeline.pack`):
+#: under CPython's free list of 2,000 tuples of a size, so the records' tuples are reused.
+PACK_RECORDS = 1000
+#: ... and at most this often (seconds), however fast blocks come.
+PACK_MIN_INTERVAL = 0.02
+
+
+class Packer(Protocol):
+    """Where a relaying worker's records go between flushes (`relay_columns.Packs`)."""
+
+    count: int
+
+    def add(self, records: Sequence[Record]) -> None: ...
+
+    def take(self) -> Sequence[Record] | None: ...
 
 
 class Pipeline:
@@ -63,6 +80,15 @@ class Pipeline:
         self._put_lock = threading.Lock()
         self._thread: Daemon | None = None
         self._next_flush = 0.0
+        #: Set in a relaying worker: the buffer's records are laid out in the relay's columns
+        #: every ~`PACK_RECORDS` records between flushes (`pack`), not held as tuples until
+        #: the flush; the flush sends what it packed as one batch.
+        self.packs: Packer | None = None
+        self._next_pack = 0.0
+        self._packed_at = 0.0
+        self._pack_interval = 0.05  # seconds: what the last pack measured (a first guess)
+        #: Records a pack could not lay out (the relay's writer raised): sent as they are.
+        self._unpacked: list[Record] = []
 
     def start(self) -> None:
         """Start the flusher and the sinks' threads (a sink's queue stopped by a shutdown
@@ -71,6 +97,8 @@ class Pipeline:
             queue.start()
         if self._thread is None:
             self._next_flush = time.monotonic() + self.flush_interval
+            self._packed_at = time.monotonic()
+            self._next_pack = self._packed_at + self._pack_interval
             self._thread = start_daemon("otel_rl-flush", self._loop, wake=self.wake.set)
 
     def add_relayed(self, batch: Batch) -> None:
@@ -93,14 +121,47 @@ class Pipeline:
         # Stopped for every fork and started again after it (`threads`): the schedule lives
         # in `_next_flush`, so a program forking more often than `flush_interval` still flushes.
         while not self._stop:
-            self.wake.wait(max(0.0, self._next_flush - time.monotonic()))
+            due = self._next_flush
+            if self.packs is not None:
+                due = min(due, self._next_pack)
+            woken = self.wake.wait(max(0.0, due - time.monotonic()))
             self.wake.clear()
             if self._stop or stopping():
                 break
+            if not woken and self.packs is not None and time.monotonic() < self._next_flush:
+                self.pack()
+                continue
             self._next_flush = time.monotonic() + self.flush_interval
             self.flush(time.monotonic() + max(self.flush_interval * 5, 10.0), wait=False)
 
-    def _drain(self) -> list[Batch]:
+    def pack(self) -> None:
+        """Lay out what the buffer holds now (`packs`), and schedule the next pack for about
+        `PACK_RECORDS` more records at the rate they came since the last one (a worker that
+        records little packs only at its flushes)."""
+        packs = self.packs
+        if packs is None:
+            return
+        with self._flush_lock:
+            now = time.monotonic()
+            records = self._take()
+            if records:
+                self._pack_into(packs, records)
+            # At most twice the last wait: a quiet moment does not put packing off to the flush.
+            rate = len(records) / max(now - self._packed_at, 1e-3)
+            self._pack_interval = max(PACK_MIN_INTERVAL, min(
+                PACK_RECORDS / max(rate, 1e-9), 2 * self._pack_interval, self.flush_interval))
+            self._packed_at = now
+            self._next_pack = now + self._pack_interval
+
+    def _pack_into(self, packs: Packer, records: list[Record]) -> None:
+        try:
+            packs.add(records)
+        except Exception as exc:  # records the relay cannot lay out: sent as they are
+            self._unpacked.extend(records)
+            self.stats.warn_once(f"pack-{type(exc).__name__}", f"packing failed: {exc!r}")
+
+    def _take(self) -> list[Record]:
+        """The buffer's records now, less those of GPU-timed blocks still waiting."""
         records = []
         pop = self.buffer.popleft
         try:
@@ -112,7 +173,22 @@ class Pipeline:
         gpu = sys.modules.get("otel_rl._internal.gpu")  # loaded only if a block asked for it
         if gpu is not None:
             records = gpu.ready(records)  # spans of GPU-timed blocks wait for their GPU time
+        return records
+
+    def _drain(self) -> list[Batch]:
+        records = self._take()
         batches = []
+        packs = self.packs
+        if packs is not None:
+            if records:
+                self._pack_into(packs, records)
+            packed = packs.take()
+            self._packed_at = time.monotonic()
+            self._next_pack = self._packed_at + self._pack_interval
+            if packed:
+                batches.append(Batch(self.resource, self.offset_ns, packed,
+                                     dict(self.thread_names)))
+            records, self._unpacked = self._unpacked, []
         if records:
             batches.append(Batch(self.resource, self.offset_ns, records, dict(self.thread_names)))
         pop_batch = self.relayed.popleft
@@ -163,9 +239,14 @@ class Pipeline:
             for queue in self.queues:
                 queue.start()  # restart one stopped before a fork, say
             self._hand_off(deadline)
-        left = len(self.buffer) + sum(len(b.records) for b in self.relayed)
+        left = (len(self.buffer) + sum(len(b.records) for b in self.relayed)
+                + len(self._unpacked))
         self.buffer.clear()
         self.relayed.clear()
+        self._unpacked = []
+        if self.packs is not None:
+            left += self.packs.count
+            self.packs.take()
         self.stats.add_dropped("timed out", left, None,
                                f"the flusher was busy past the shutdown deadline ({timeout:g} s)")
         for queue in self.queues:

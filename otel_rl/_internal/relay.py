@@ -52,7 +52,10 @@ def encode_columns(batch: Batch) -> bytes:
     still nothing that runs code when read. The columns are written by `relay_columns`
     (compiled where built: a worker pays this step per record it relays)."""
     records = batch.records
-    if records:
+    if isinstance(records, relay_columns.Packed):  # laid out already, between flushes
+        columns, names, traces, positions = (records.raw, records.names, records.traces,
+                                             records.positions)
+    elif records:
         columns, names, traces, positions = relay_columns.write(records)
     else:  # (what `zip` of no records gave: no columns at all)
         columns, names, traces, positions = b"", [], [], []

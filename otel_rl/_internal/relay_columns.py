@@ -21,8 +21,11 @@ from typing import Any, Literal
 
 from otel_rl._internal import accel
 from otel_rl._internal.otlp import records as records_
+from otel_rl._internal.otlp.rows import Rows
+from otel_rl._internal.record import EXTRA
 
-__all__ = ["CODES", "Columns", "compiled_module", "in_use", "pure", "typed", "use", "write"]
+__all__ = ["CODES", "Columns", "Packed", "Packs", "compiled_module", "in_use", "pure", "typed",
+           "use", "write"]
 
 #: (the seven columns as bytes, names in order of first appearance, trace ids likewise,
 #: positions of the records with an extra that is not None)
@@ -30,6 +33,9 @@ Columns = tuple[bytes, list[Any], list[int], list[int]]
 #: The seven columns' array codes, in the order they are laid out: span ids, parent ids, name
 #: indexes, starts, ends, thread ids, trace indexes.
 CODES: tuple[Literal["Q", "I", "q"], ...] = ("Q", "Q", "I", "q", "q", "Q", "I")
+_SIZES = tuple(array(code).itemsize for code in CODES)
+#: The columns that hold indexes into a batch's names and trace ids.
+_NAME_COLUMN, _TRACE_COLUMN = 2, 6
 
 
 def compiled_module() -> ModuleType | None:
@@ -107,6 +113,98 @@ def typed(records: Sequence[Any]) -> records_.Columns:
         at += size
     sids, psids, name_idx, starts, ends, tids, _traces_idx = columns
     return records_.Columns(sids, psids, name_idx, names, starts, ends, tids, positions)
+
+
+class Packed(Rows):
+    """Records a relaying worker laid out in columns before its flush (`Packs.take`): the
+    `Rows` of those columns (made into records only if someone asks, a sink of the worker's
+    own after its parent died, say), and what `write` would give for them, so the relay
+    sends `raw` as it is."""
+
+    __slots__ = ("names", "positions", "raw", "traces")
+
+    def __init__(self, raw: bytes, names: list[Any], traces: list[int], positions: list[int],
+                 extras: list[Any]) -> None:
+        n = len(extras)
+        columns, at = [], 0
+        for code, size in zip(CODES, _SIZES, strict=True):
+            column = array(code)
+            column.frombytes(raw[at:at + n * size])
+            columns.append(column)
+            at += n * size
+        sids, psids, name_idx, starts, ends, tids, trace_idx = columns
+        super().__init__(records_.Columns(sids, psids, name_idx, names, starts, ends, tids,
+                                          positions), trace_idx, traces, extras)
+        self.raw = raw
+        self.names = names
+        self.traces = traces
+        self.positions = positions
+
+
+class Packs:
+    """A relaying worker's records written into the relay's columns between two flushes, a
+    few hundred milliseconds' worth at a time (`Pipeline.pack`), then sent as one frame.
+
+    Held until the flush as tuples, a rollout worker's ~15,000 records a second kept every
+    record alive for a whole flush interval: each tuple counted towards the interpreter's
+    next garbage collection, so the worker's cyclic GC ran several times as often, promoted
+    the program's young objects and started full collections that plain runs do not make
+    (Sample Factory 2.1.1, 30,000 steps: one full collection more in each of the three busy
+    workers, ~0.075 s each). Laid out as bytes every ~1,000 records, the tuples go back to
+    CPython's free list before the GC counts them. The frame is the one `write` would give
+    for all the flush's records at once: the same bytes, names, trace ids and positions (names
+    and trace ids are numbered by first appearance across the parts, in order)."""
+
+    __slots__ = ("_parts", "count")
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[Columns, int, list[Any]]] = []
+        #: Records held (written, not yet taken).
+        self.count = 0
+
+    def add(self, records: Sequence[Any]) -> None:
+        """Lay out `records` (non-empty); raises what `write` raises (nothing is kept then)."""
+        columns = write(records)
+        self._parts.append((columns, len(records), [records[i][EXTRA] for i in columns[3]]))
+        self.count += len(records)
+
+    def take(self) -> Packed | None:
+        """Everything held, as one `Packed` (None when empty); the packs are empty after."""
+        parts, self._parts, self.count = self._parts, [], 0
+        if not parts:
+            return None
+        if len(parts) == 1:
+            (raw, names, traces, positions), n, extra_values = parts[0]
+            extras: list[Any] = [None] * n
+            for i, extra in zip(positions, extra_values, strict=True):
+                extras[i] = extra
+            return Packed(raw, names, traces, positions, extras)
+        name_ix: dict[Any, int] = {}
+        trace_ix: dict[int, int] = {}
+        laid: list[list[Any]] = [[] for _ in CODES]
+        merged: list[int] = []
+        extras, base = [], 0
+        for (raw, names, traces, positions), n, extra_values in parts:
+            view, start = memoryview(raw), 0
+            chunks: list[Any] = []
+            for size in _SIZES:
+                chunks.append(view[start:start + n * size])
+                start += n * size
+            for column, seen, index in ((_NAME_COLUMN, names, name_ix),
+                                        (_TRACE_COLUMN, traces, trace_ix)):
+                renumber = [index.setdefault(key, len(index)) for key in seen]
+                if renumber != list(range(len(renumber))):
+                    chunks[column] = array("I", map(renumber.__getitem__,
+                                                    chunks[column].cast("I")))
+            for into, chunk in zip(laid, chunks, strict=True):
+                into.append(chunk)
+            extras.extend([None] * n)
+            for i, extra in zip(positions, extra_values, strict=True):
+                merged.append(base + i)
+                extras[base + i] = extra
+            base += n
+        return Packed(b"".join([chunk for column in laid for chunk in column]), list(name_ix),
+                      list(trace_ix), merged, extras)
 
 
 use(accel.wanted())

@@ -120,6 +120,13 @@ class Runtime:
                                  flush_interval=settings.flush_interval,
                                  max_relayed=max(64, settings.max_buffer // 64),
                                  on_flush=self._on_flush, after_flush=self._after_flush)
+        if self.spans_on and self.relay_client is not None and self.relay_client.name == "relay":
+            # A worker relaying through the parent's socket lays its records out in the
+            # relay's columns between flushes (`relay_columns.Packs`: a record's tuple lives
+            # ~1,000 records, not a flush interval, and never ages in the GC's generations).
+            from otel_rl._internal.relay_columns import Packs
+
+            self.pipeline.packs = Packs()
         self.last_timers_write = time.monotonic()
         self.finished = False
         self.aggregate_seq = 0

@@ -1,0 +1,187 @@
+"""A relaying worker lays its records out in the relay's columns between flushes
+(`relay_columns.Packs`, `Pipeline.pack`; issue 19): the frame is byte for byte the one writing
+all of a flush's records at once gives, every record goes out once and the ledger counts it,
+and records held as tuples no longer make the worker's garbage collector run more often.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from otel_rl._internal import relay, relay_columns
+from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.pipeline import Pipeline
+from otel_rl._internal.record import SPAN_ID
+from otel_rl._internal.sinks.base import Sink, Stats
+from tests.test_relay_columns import random_batches, reference
+from tests.test_relay_columns import writer as writer  # the fixture
+
+
+class Keep(Sink):
+    """Keeps the batches it was given."""
+
+    name = label = "relay"
+
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+        self.batches: list[Batch] = []
+
+    def export(self, batches: list[Batch], deadline: float) -> None:  # type: ignore[override]
+        self.batches.extend(batches)
+        self.stats.add_exported(self.name, sum(len(b.records) for b in batches))
+
+    def shutdown(self, deadline: float) -> None:
+        pass
+
+    def records(self) -> list[Any]:
+        return [r for b in self.batches for r in b.records]
+
+
+def packing_pipeline(stats: Stats, sink: Sink, flush_interval: float = 3600) -> Pipeline:
+    pipeline = Pipeline(resource={"service.name": "w"}, offset_ns=0, thread_names={1: "Main"},
+                        sinks=[sink], stats=stats, flush_interval=flush_interval,
+                        max_relayed=1 << 20)
+    pipeline.packs = relay_columns.Packs()
+    return pipeline
+
+
+def record(i: int, name: str = "step", extra: Any = None) -> tuple[Any, ...]:
+    return (i, i // 3, name, 10 * i, 10 * i + 4, 1, 0xABC, extra)
+
+
+@pytest.mark.parametrize("writer", [False, True], indirect=True, ids=["pure", "compiled"])
+@pytest.mark.parametrize("seed", range(3))
+def test_packs_give_the_frame_of_all_the_records_written_at_once(writer: bool,
+                                                                 seed: int) -> None:
+    rng = random.Random(seed)
+    for batch in random_batches(200 + seed):
+        records = list(batch.records)
+        packs = relay_columns.Packs()
+        at = 0
+        while at < len(records):
+            step = rng.choice((1, 2, 7, 100, len(records)))
+            packs.add(records[at:at + step])
+            at += step
+        assert packs.count == len(records)
+        packed = packs.take()
+        assert packed is not None and packs.count == 0 and packs.take() is None
+        assert (packed.raw, packed.names, packed.traces, packed.positions) == \
+            relay_columns.write(records)
+        assert list(packed) == records
+        sent = Batch(batch.resource, batch.offset_ns, packed, batch.thread_names)
+        frame = relay.encode_columns(sent)
+        assert frame == reference(batch)
+        assert list(relay.decode_columns(frame[relay.FRAME_HEADER.size:]).records) == records
+
+
+def test_a_flush_sends_what_was_packed_and_what_came_after_as_one_batch() -> None:
+    stats = Stats()
+    sink = Keep(stats)
+    pipeline = packing_pipeline(stats, sink)
+    pipeline.start()
+    try:
+        made = [record(i, extra={"attrs": {"k": i}} if i % 97 == 0 else None)
+                for i in range(1, 2501)]
+        for start in range(0, 2000, 500):
+            pipeline.buffer.extend(made[start:start + 500])
+            pipeline.pack()
+            assert not pipeline.buffer
+        pipeline.buffer.extend(made[2000:])  # the flush's own, packed with the rest
+        pipeline.flush(time.monotonic() + 10)
+    finally:
+        pipeline.shutdown(time.monotonic() + 10, 10)
+    assert len(sink.batches) == 1
+    assert isinstance(sink.batches[0].records, relay_columns.Packed)
+    assert sink.records() == made
+    assert pipeline.drained == len(made)
+    assert stats.ledger.totals()["relay"]["delivered"] == len(made)
+
+
+def test_the_flusher_packs_between_flushes_by_itself() -> None:
+    stats = Stats()
+    sink = Keep(stats)
+    pipeline = packing_pipeline(stats, sink)  # a flush only at shutdown
+    pipeline.start()
+    n = 0
+    try:
+        until = time.monotonic() + 0.6
+        while time.monotonic() < until:  # ~10,000 records a second, as a busy worker's
+            for _ in range(100):
+                n += 1
+                pipeline.buffer.append(record(n))  # type: ignore[arg-type]
+            time.sleep(0.01)
+        packs = pipeline.packs
+        assert packs is not None and packs.count > 0, "the flusher never packed"
+        assert len(pipeline.buffer) < n / 2
+    finally:
+        pipeline.shutdown(time.monotonic() + 10, 10)
+    assert [r[SPAN_ID] for r in sink.records()] == list(range(1, n + 1))
+    assert stats.ledger.totals()["relay"]["delivered"] == n
+
+
+def test_records_a_pack_cannot_lay_out_go_out_as_they_are() -> None:
+    stats = Stats()
+    sink = Keep(stats)
+    pipeline = packing_pipeline(stats, sink)
+    good = [record(i) for i in range(1, 4)]
+    odd = (9, 0, "float start", 1.5, 2, 1, 0xABC, None)  # the writers raise on it
+    pipeline.buffer.extend(good)
+    pipeline.pack()
+    pipeline.buffer.append(odd)  # type: ignore[arg-type]
+    pipeline.pack()
+    pipeline.flush(time.monotonic() + 10)
+    pipeline.shutdown(time.monotonic() + 10, 10)
+    assert sink.records() == [*good, odd]
+    assert stats.ledger.totals()["relay"]["delivered"] == 4
+
+
+def test_shutdown_counts_what_the_packs_held_when_the_flusher_is_stuck() -> None:
+    stats = Stats()
+    sink = Keep(stats)
+    pipeline = packing_pipeline(stats, sink)
+    pipeline.buffer.extend(record(i) for i in range(1, 11))
+    pipeline.pack()
+    pipeline.buffer.extend(record(i) for i in range(11, 14))
+    stuck = threading.Lock()
+    stuck.acquire()
+    pipeline._flush_lock = stuck  # a flush busy past the deadline
+    pipeline.shutdown(time.monotonic() + 0.05, 0.05)
+    assert sink.records() == []
+    line = stats.ledger.totals()["relay"]
+    assert line["recorded"] == 13 and line["delivered"] == 0
+    assert line["lost"] == {"timed out": 13}
+
+
+def collections_while_holding(records: int, pack: bool) -> int:
+    """Gen-0 collections while `records` tuples are recorded into a relaying worker's
+    pipeline, packed every 1,000 records or held until the flush."""
+    stats = Stats()
+    pipeline = packing_pipeline(stats, Keep(stats))
+    if not pack:
+        pipeline.packs = None
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    for i in range(1, records + 1):
+        pipeline.buffer.append((i, 0, "step", i, i + 1, 1, 7, None))
+        if pack and i % 1000 == 0:
+            pipeline.pack()
+    made = gc.get_stats()[0]["collections"] - before
+    pipeline.flush(time.monotonic() + 10)
+    pipeline.shutdown(time.monotonic() + 10, 10)
+    return made
+
+
+def test_packed_records_do_not_make_the_garbage_collector_run() -> None:
+    if not gc.isenabled():
+        pytest.skip("the cyclic garbage collector is off here")
+    threshold = gc.get_threshold()[0]
+    held = collections_while_holding(30_000, pack=False)
+    packed = collections_while_holding(30_000, pack=True)
+    assert held >= 30_000 // threshold // 2, held
+    assert packed <= max(2, held // 8), (packed, held)
