@@ -24,8 +24,8 @@ from otel_rl._internal.otlp import records as records_
 from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import EXTRA
 
-__all__ = ["CODES", "Columns", "Packed", "Packs", "compiled_module", "in_use", "pure", "typed",
-           "use", "write"]
+__all__ = ["CODES", "Columns", "Packed", "Packs", "compiled_module", "in_use", "pure", "split",
+           "typed", "use", "write"]
 
 #: (the seven columns as bytes, names in order of first appearance, trace ids likewise,
 #: positions of the records with an extra that is not None)
@@ -103,16 +103,19 @@ def typed(records: Sequence[Any]) -> records_.Columns:
     from `write`'s bytes: what the `auto` windows' bulk path takes (`windows_bulk`), for a
     process's own records too. Raises what `pure` raises on records it cannot lay out."""
     raw, names, _traces, positions = write(records)
-    n = len(records)
-    view = memoryview(raw)
-    at = 0
-    columns = []
-    for code in CODES:
-        size = n * array(code).itemsize
-        columns.append(view[at:at + size].cast(code))
-        at += size
+    columns = [part.cast(code) for part, code in zip(split(raw, len(records)), CODES,
+                                                      strict=True)]
     sids, psids, name_idx, starts, ends, tids, _traces_idx = columns
     return records_.Columns(sids, psids, name_idx, names, starts, ends, tids, positions)
+
+
+def split(raw: bytes, n: int) -> list[memoryview]:
+    """`write`'s bytes for `n` records, as its seven columns' bytes (views, in `CODES` order)."""
+    view, at, parts = memoryview(raw), 0, []
+    for size in _SIZES:
+        parts.append(view[at:at + n * size])
+        at += n * size
+    return parts
 
 
 class Packed(Rows):
@@ -125,13 +128,11 @@ class Packed(Rows):
 
     def __init__(self, raw: bytes, names: list[Any], traces: list[int], positions: list[int],
                  extras: list[Any]) -> None:
-        n = len(extras)
-        columns, at = [], 0
-        for code, size in zip(CODES, _SIZES, strict=True):
+        columns = []
+        for code, part in zip(CODES, split(raw, len(extras)), strict=True):
             column = array(code)
-            column.frombytes(raw[at:at + n * size])
+            column.frombytes(part)
             columns.append(column)
-            at += n * size
         sids, psids, name_idx, starts, ends, tids, trace_idx = columns
         super().__init__(records_.Columns(sids, psids, name_idx, names, starts, ends, tids,
                                           positions), trace_idx, traces, extras)
@@ -173,23 +174,14 @@ class Packs:
         parts, self._parts, self.count = self._parts, [], 0
         if not parts:
             return None
-        if len(parts) == 1:
-            (raw, names, traces, positions), n, extra_values = parts[0]
-            extras: list[Any] = [None] * n
-            for i, extra in zip(positions, extra_values, strict=True):
-                extras[i] = extra
-            return Packed(raw, names, traces, positions, extras)
         name_ix: dict[Any, int] = {}
         trace_ix: dict[int, int] = {}
         laid: list[list[Any]] = [[] for _ in CODES]
         merged: list[int] = []
-        extras, base = [], 0
+        extras: list[Any] = []
+        base = 0
         for (raw, names, traces, positions), n, extra_values in parts:
-            view, start = memoryview(raw), 0
-            chunks: list[Any] = []
-            for size in _SIZES:
-                chunks.append(view[start:start + n * size])
-                start += n * size
+            chunks: list[Any] = split(raw, n)
             for column, seen, index in ((_NAME_COLUMN, names, name_ix),
                                         (_TRACE_COLUMN, traces, trace_ix)):
                 renumber = [index.setdefault(key, len(index)) for key in seen]
