@@ -19,12 +19,14 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, OpenSpan, Record, make
 from otel_rl._internal.windows_bulk import OWN_BULK, BulkWindows, beyond, with_columns
 
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
 _CONTINUATION = {semconv.CONTINUATION: True}
+_NO_KEY = object()  # (a source key is a pid, or None)
 
 
 def mix(k: int) -> int:
@@ -125,15 +127,38 @@ class _Window:
             ring.popleft()
         return skip
 
-    def settle(self) -> None:
-        """Make the chunks `records` items (the window is kept)."""
+    def settled(self) -> tuple[list[Any], ...]:
+        """The records the window holds (it is kept), field by field: nine lists (each
+        record's source, then its eight fields) in the order of their starts, arrival order on
+        a tie (as sorting the items by start gives). Made from the chunks' columns (`Rows.
+        fields`), not item by item: a kept window's records are then made once, as the records
+        it exports (`Windower._emit_settled`), where making items first made three tuples a
+        record and, held together, several of the main process's garbage collections."""
         skip = self._pushed_out() if self.ring else 0
-        for key, records, positions, starts, ends in _skipped(self.chunks, skip):
-            if positions is not None:
-                records = records.take(positions.tolist())
-            self.records.extend(zip(repeat(key), records, _listed(starts), _listed(ends)))
+        items = self.records
+        keys = [item[0] for item in items]
+        starts = [item[2] for item in items]
+        fields: list[list[Any]] = [list(column) for column in
+                                     zip(*(item[1] for item in items), strict=True)]
+        if not fields:
+            fields = [[] for _ in range(8)]
+        for key, records, positions, chunk_starts, _ends in _skipped(self.chunks, skip):
+            if not len(chunk_starts):
+                continue
+            if positions is None:
+                part: Any = zip(*records, strict=True)
+            elif isinstance(records, Rows):
+                part = records.fields(positions.tolist())
+            else:
+                part = zip(*map(records.__getitem__, positions.tolist()), strict=True)
+            for column, values in zip(fields, part, strict=True):
+                column.extend(values)
+            keys.extend(repeat(key, len(chunk_starts)))
+            starts.extend(_listed(chunk_starts))
         self.chunks = []
         self.pending = 0
+        order = sorted(range(len(starts)), key=starts.__getitem__)
+        return tuple(list(map(column.__getitem__, order)) for column in (keys, *fields))
 
     def _keep(self, chunks: list[tuple[Any, Any, Any, Any, Any]], keep: Callable[[Any, Any], Any],
               ) -> None:
@@ -181,6 +206,13 @@ class _Window:
         self.records = [item for item in self.records if item[2] < cut]
         self._keep(self.chunks, lambda s, _e: s < cut)
         return held - self.held()
+
+
+def _starter_ended(extra: Any) -> Any:
+    """`extra` marked: the block that started this span's thread or process ended before the
+    window (the span hangs under the window span instead)."""
+    return {**(extra or {}), "attrs": {**((extra or {}).get("attrs") or {}),
+                                       semconv.STARTER_ENDED: True}}
 
 
 def _listed(times: Any) -> list[int]:
@@ -304,14 +336,34 @@ class Windower(BulkWindows):
         sid, psid, name, start, end, tid, _trace, extra = record
         parent, moved = self._parent(key, k, psid)
         if moved:
-            extra = {**(extra or {}), "attrs": {**((extra or {}).get("attrs") or {}),
-                                                semconv.STARTER_ENDED: True}}
+            extra = _starter_ended(extra)
         present = self._present.get(k)
         if present is not None:
             present.add(remap(sid, k))
         self.sources[key].records.append(
             make(remap(sid, k), parent, name, start, end, tid, self.trace_id(k), extra))
         self.stats["exported"] += 1
+
+    def _emit_settled(self, k: int, held: tuple[list[Any], ...]) -> None:
+        """`_emit` of each record kept window `k` held (`_Window.settled`; their span ids are
+        in the window's presence set already)."""
+        keys, sids, psids, names, starts, ends, tids, _traces, extras = held
+        mask, trace = mix(k), self.trace_id(k)
+        present, bases, sources = self._present[k], self._bases, self.sources
+        run_parent = remap(self.run_span, k)
+        out_key: Any = _NO_KEY
+        out: list[Record] = []
+        for key, sid, psid, name, start, end, tid, extra in zip(
+                keys, sids, psids, names, starts, ends, tids, extras, strict=True):
+            if key is not out_key:
+                out_key, out = key, sources[key].records
+            parent = 0
+            if psid:
+                parent = (psid ^ mask) or 1
+                if parent not in present and psid in bases.get(key, ()):
+                    parent, extra = run_parent, _starter_ended(extra)
+            out.append((sid ^ mask or 1, parent, name, start, end, tid, trace, extra))
+        self.stats["exported"] += len(sids)
 
     def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
                   tid: int, still_open: bool = False) -> None:
@@ -478,10 +530,10 @@ class Windower(BulkWindows):
             return
         if window.chunks:
             self._trim(window)  # (before its records are made: only what it keeps is)
-            window.settle()
         self.kept[k] = verdict
         self.stats["windows"] += 1
         self._trim(window)
+        held = window.settled()
         late = self._late[k] = _Window(True, 0)
         late.cut, late.since = window.cut, window.since
         lo = self.t0 + k * self.width
@@ -496,7 +548,8 @@ class Windower(BulkWindows):
         # Every span this window will hold, so that a block whose starter has ended (and is
         # in no window) hangs under the window span instead of a missing parent.
         present = {remap(self.run_span, k)}
-        present.update(remap(item[1][SPAN_ID], k) for item in window.records)
+        mask = mix(k)
+        present.update([(sid ^ mask) or 1 for sid in held[1]])
         present.update(remap(record[SPAN_ID], k) for _key, record in window.long)
         present.update(remap(block.span_id, k) for block, _end in opened)
         self._present[k] = present
@@ -504,8 +557,7 @@ class Windower(BulkWindows):
             del self._present[old]
         if self.bases is not None:
             self._bases = self.bases()
-        for key, record, _start, _end in window.records:
-            self._emit(key, k, record)
+        self._emit_settled(k, held)
         for key, record in window.long:
             sid, psid, name, start, end, tid, _trace, _extra = record
             self._continue(key, k, sid, psid, name, start, end, tid)
