@@ -176,7 +176,9 @@ class BulkWindows:
             n0, total0, squares0 = state
             m = b - a
             floats = d.astype(np.float64)
-            if int(d.min()) < 0 or float(floats @ floats) >= 2.0 ** 61:
+            # (Not `floats @ floats` or einsum: a BLAS dot product of over ~10,000 items wakes
+            # OpenBLAS's threads, which then spin on the program's cores for a while.)
+            if int(d.min()) < 0 or float((floats * floats).sum()) >= 2.0 ** 61:
                 d = d.astype(object)  # Python integers: exact past int64
             sums = np.cumsum(d)
             squares = np.cumsum(d * d)
