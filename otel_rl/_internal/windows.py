@@ -50,7 +50,7 @@ class _Window:
     kept outlier window shows, closed under parents.
 
     Held records are items, (source, record, start epoch ns, end epoch ns), in `records`, then
-    the later arrivals in `chunks`, not made into items until the window is kept (`settle`):
+    the later arrivals in `chunks`, not made into records until the window is kept (`settled`):
     relayed batches' positions (`windows_bulk`) and, once there are chunks, every later arrival.
     A window that is not kept (most of them) never makes its records, which is what a long run's
     main process would otherwise spend its time and its garbage collections on."""
