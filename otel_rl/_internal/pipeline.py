@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from otel_rl._internal.otlp.records import Batch
+from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import Record
 from otel_rl._internal.shapes import Attributes
 from otel_rl._internal.sinks.base import Sink, Stats
@@ -34,13 +35,14 @@ PACK_MIN_INTERVAL = 0.02
 
 
 class Packer(Protocol):
-    """Where a relaying worker's records go between flushes (`relay_columns.Packs`)."""
+    """Where a relaying worker's records (or those a process's windows take) go between
+    flushes (`relay_columns.Packs`)."""
 
     count: int
 
     def add(self, records: Sequence[Record]) -> None: ...
 
-    def take(self) -> Sequence[Record] | None: ...
+    def take(self) -> Rows | None: ...
 
 
 class Pipeline:
@@ -187,7 +189,7 @@ class Pipeline:
             self._next_pack = self._packed_at + self._pack_interval
             if packed:
                 batches.append(Batch(self.resource, self.offset_ns, packed,
-                                     dict(self.thread_names)))
+                                     dict(self.thread_names), packed.columns))
             records, self._unpacked = self._unpacked, []
         if records:
             batches.append(Batch(self.resource, self.offset_ns, records, dict(self.thread_names)))

@@ -120,13 +120,6 @@ class Runtime:
                                  flush_interval=settings.flush_interval,
                                  max_relayed=max(64, settings.max_buffer // 64),
                                  on_flush=self._on_flush, after_flush=self._after_flush)
-        if self.spans_on and self.relay_client is not None and self.relay_client.name == "relay":
-            # A worker relaying through the parent's socket lays its records out in the
-            # relay's columns between flushes (`relay_columns.Packs`: a record's tuple lives
-            # ~1,000 records, not a flush interval, and never ages in the GC's generations).
-            from otel_rl._internal.relay_columns import Packs
-
-            self.pipeline.packs = Packs()
         self.last_timers_write = time.monotonic()
         self.finished = False
         self.aggregate_seq = 0
@@ -163,6 +156,15 @@ class Runtime:
         if self.spans_on and settings.spans == "auto" and self.relay_client is None:
             self.windower = self.make_windower()
             self.pipeline.transform = self._windowed
+        if self.spans_on and (self.relay_client is not None or self.windower is not None):
+            # A relaying worker (the parent's socket, or Ray's mailbox: both send the relay's
+            # frames), and a process whose windows take its records, lay them out in the
+            # relay's columns between flushes (`relay_columns.Packs`: a record's tuple lives
+            # ~1,000 records, not a flush interval, and never ages in the GC's generations);
+            # the windows place a packed batch by its columns, as a relayed one.
+            from otel_rl._internal.relay_columns import Packs
+
+            self.pipeline.packs = Packs()
         self.metrics: Any = None
         if (not settings.disabled and self.relay_client is None and settings.metrics is not False
                 and (settings.endpoint or settings.metrics_endpoint)):

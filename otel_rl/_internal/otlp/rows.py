@@ -32,6 +32,11 @@ class Rows(Sequence[Record]):
         self._list: list[Record] | None = None
 
     @property
+    def columns(self) -> Columns:
+        """The records' columns (what a batch of them carries as `Batch.columns`)."""
+        return self._columns
+
+    @property
     def made(self) -> bool:
         """Whether every record has been made (then holding them costs their tuples)."""
         return self._list is not None
