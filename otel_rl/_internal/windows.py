@@ -208,11 +208,18 @@ class _Window:
         return held - self.held()
 
 
+#: The extra of a span with none of its own whose starter ended: one for all of them (extras
+#: are never changed in place), not two dicts a span in the kept windows of a thread started
+#: by a block that ended at once (ML-Agents' trainer threads).
+_STARTER_ENDED = {"attrs": {semconv.STARTER_ENDED: True}}
+
+
 def _starter_ended(extra: Any) -> Any:
     """`extra` marked: the block that started this span's thread or process ended before the
     window (the span hangs under the window span instead)."""
-    return {**(extra or {}), "attrs": {**((extra or {}).get("attrs") or {}),
-                                       semconv.STARTER_ENDED: True}}
+    if not extra:
+        return _STARTER_ENDED
+    return {**extra, "attrs": {**(extra.get("attrs") or {}), semconv.STARTER_ENDED: True}}
 
 
 def _listed(times: Any) -> list[int]:
