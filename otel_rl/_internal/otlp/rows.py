@@ -63,7 +63,9 @@ class Rows(Sequence[Record]):
         makes its own records from them: `windows._Window.settled`)."""
         if self._list is not None:
             made = list(map(self._list.__getitem__, positions))
-            return tuple(map(list, zip(*made, strict=True))) if made else ([],) * 8
+            if not made:
+                return tuple([] for _ in range(8))
+            return tuple(map(list, zip(*made, strict=True)))
         c, traces, extras = self._columns, self._traces, self._extras
         names = c.names
         if len(positions) >= 256:  # column by column (the windows' caller has numpy loaded)
