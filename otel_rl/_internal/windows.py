@@ -369,7 +369,7 @@ class Windower(BulkWindows):
                 parent = (psid ^ mask) or 1
                 if parent not in present and psid in bases.get(key, ()):
                     parent, extra = run_parent, _starter_ended(extra)
-            out.append((sid ^ mask or 1, parent, name, start, end, tid, trace, extra))
+            out.append(make(sid ^ mask or 1, parent, name, start, end, tid, trace, extra))
         self.stats["exported"] += len(sids)
 
     def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
@@ -427,7 +427,10 @@ class Windower(BulkWindows):
             if self.bulk and batch.columns is None and len(batch.records) >= OWN_BULK:
                 batch = with_columns(batch)  # this process's own records: in bulk too
             columns = batch.columns
-            if self.bulk and columns is not None and len(columns.sids) == len(batch.records):
+            # (This process's own small batches, packed with their columns or not, go record
+            # by record as before: numpy is then not loaded for a few records, as at exit.)
+            if (self.bulk and columns is not None and len(columns.sids) == len(batch.records)
+                    and (len(batch.records) >= OWN_BULK or key != self.own_key)):
                 self.take_columns(key, batch)
             else:
                 self._take(key, batch)

@@ -57,15 +57,15 @@ class Rows(Sequence[Record]):
             return list(map(self._list.__getitem__, positions))
         return list(zip(*self.fields(positions), strict=True))
 
-    def fields(self, positions: list[int]) -> tuple[list[Any], ...]:
+    def fields(self, positions: list[int]) -> list[list[Any]]:
         """The records at `positions` field by field: eight lists (span ids, parent ids,
         names, starts, ends, thread ids, trace ids, extras), no record made (a kept window
         makes its own records from them: `windows._Window.settled`)."""
         if self._list is not None:
             made = list(map(self._list.__getitem__, positions))
             if not made:
-                return tuple([] for _ in range(8))
-            return tuple(map(list, zip(*made, strict=True)))
+                return [[] for _ in range(8)]
+            return list(map(list, zip(*made, strict=True)))
         c, traces, extras = self._columns, self._traces, self._extras
         names = c.names
         if len(positions) >= 256:  # column by column (the windows' caller has numpy loaded)
@@ -75,18 +75,18 @@ class Rows(Sequence[Record]):
             sids, psids, starts, ends, tids = (
                 np.frombuffer(column, np.dtype(column.typecode))[index].tolist()
                 for column in (c.sids, c.psids, c.starts, c.ends, c.tids))
-            return (sids, psids,
+            return [sids, psids,
                     [names[i] for i in np.frombuffer(c.name_idx, np.uint32)[index].tolist()],
                     starts, ends, tids,
                     [traces[i] for i in np.frombuffer(self._trace_idx, np.uint32)[index].tolist()],
-                    [extras[i] for i in positions])
+                    [extras[i] for i in positions]]
         at = positions.__iter__
-        return (list(map(c.sids.__getitem__, at())), list(map(c.psids.__getitem__, at())),
+        return [list(map(c.sids.__getitem__, at())), list(map(c.psids.__getitem__, at())),
                 list(map(names.__getitem__, map(c.name_idx.__getitem__, at()))),
                 list(map(c.starts.__getitem__, at())), list(map(c.ends.__getitem__, at())),
                 list(map(c.tids.__getitem__, at())),
                 list(map(traces.__getitem__, map(self._trace_idx.__getitem__, at()))),
-                list(map(extras.__getitem__, at())))
+                list(map(extras.__getitem__, at()))]
 
     def __len__(self) -> int:
         return len(self._extras)
