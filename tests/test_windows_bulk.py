@@ -22,7 +22,7 @@ from otel_rl._internal.mainledger import LEDGER_KEY
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import OpenSpan
-from otel_rl._internal.windows import Windower, beyond
+from otel_rl._internal.windows import Windower, beyond, remap
 from otel_rl._internal.windows_bulk import OWN_BULK, with_columns
 from tests.test_long_runs import assert_same_tree, tree_cli
 
@@ -99,18 +99,6 @@ def workload(seed: int, seconds: int = 24, rate: int = 3000) -> list[tuple[int, 
     return flushes
 
 
-class RecordByRecord(Windower):
-    """The reference: records placed one by one (`bulk` off), and a kept window's records
-    exported one by one through `_emit`, as they were before `_emit_settled`."""
-
-    bulk = False
-
-    def _emit_settled(self, k: int, held: tuple[list[Any], ...]) -> None:
-        keys, *fields = held
-        for key, *record in zip(keys, *fields, strict=True):
-            self._emit(key, k, tuple(record))  # type: ignore[arg-type]
-
-
 def windower(bulk: bool, budget: int, every: int, main: bool = True, t0: int = T0) -> Windower:
     opened = [OpenSpan(101, 1 << 39, 0, "main_loop", T0 - 10 * SECOND, 7101)]
     asked = []
@@ -121,11 +109,28 @@ def windower(bulk: bool, budget: int, every: int, main: bool = True, t0: int = T
         asked.append(1)
         return opened if len(asked) <= 4 else []
 
-    return (Windower if bulk else RecordByRecord)(
-        run_id="run-diff", t0_ns=t0, window_s=1.0, every=every, budget=lambda: budget,
-        main=main, run_span=(0xABC, 0x123), lag_s=1.5, own=Batch({semconv.PROCESS_PID: 1}, 0, []),
-        open_blocks=open_blocks, window_attributes=lambda: {"g": 1},
-        bases=lambda: {101: {1 << 39}})
+    w = Windower(run_id="run-diff", t0_ns=t0, window_s=1.0, every=every,
+                 budget=lambda: budget, main=main, run_span=(0xABC, 0x123), lag_s=1.5,
+                 own=Batch({semconv.PROCESS_PID: 1}, 0, []),
+                 open_blocks=open_blocks, window_attributes=lambda: {"g": 1},
+                 bases=lambda: {101: {1 << 39}})
+    w.bulk = bulk
+    return w
+
+
+def assert_starter_ended_hang_under_window_spans(w: Windower, records: list[Any]) -> int:
+    """Every exported span marked `STARTER_ENDED` hangs under its kept window's span, and
+    every other span of worker 101 there is a continuation; how many are marked."""
+    window_span = {w.trace_id(k): remap(w.run_span, k) for k in w.kept}
+    marked = 0
+    for r in records:
+        attrs = (r[7] or {}).get("attrs") or {}
+        if attrs.get(semconv.STARTER_ENDED):
+            marked += 1
+            assert r[1] == window_span[r[6]], r
+        elif r[5] == 7101 and r[1] == window_span.get(r[6]):
+            assert attrs.get(semconv.CONTINUATION), r
+    return marked
 
 
 def copy(batch: Batch) -> Batch:
@@ -145,6 +150,7 @@ def run_both(seed: int, budget: int, every: int, main: bool = True) -> tuple[Win
     bulk.take_columns = counted  # type: ignore[method-assign]
     flushes = workload(seed)
     exported = 0
+    made: list[Any] = []
     for i, (now, batches) in enumerate(flushes):
         final = i == len(flushes) - 1
         got = bulk.process(batches, now, final)  # relayed batches' records not made yet
@@ -154,6 +160,10 @@ def run_both(seed: int, budget: int, every: int, main: bool = True) -> tuple[Win
         assert ({k: w.held() for k, w in bulk.windows.items()}
                 == {k: w.held() for k, w in reference.windows.items()})
         exported += sum(len(b.records) for b in got)
+        made.extend(r for b in got for r in b.records)
+    marked = assert_starter_ended_hang_under_window_spans(bulk, made)
+    if budget > 1000:  # (kept windows after the starter ended hold its children)
+        assert marked > 0
     assert bulk.kept == reference.kept
     assert bulk.stats == reference.stats
     assert bulk._durations == reference._durations

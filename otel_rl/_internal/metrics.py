@@ -293,8 +293,7 @@ class Metrics:
             durations = (np.frombuffer(columns.ends, np.int64)
                          - np.frombuffer(columns.starts, np.int64))
             if by_name is not None:  # (this process's packed records: codes by name too)
-                named = np.array([by_name[name] for name in columns.names] or [0],
-                                 np.int64)[np.frombuffer(columns.name_idx, np.uint32)]
+                named = metrics_paths.column_codes(np, columns, by_name)
         elif by_name is not None:  # names and durations in one pass where compiled
             columns = None
             named, durations, extras = self.reader.named(np, records, by_name)

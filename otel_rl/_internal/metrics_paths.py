@@ -28,8 +28,8 @@ from otel_rl._internal.metrics_columns import Reader
 from otel_rl._internal.node import TreeNode
 from otel_rl._internal.record import EXTRA, OpenSpan
 
-__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "tree_totals",
-           "unique_paths"]
+__all__ = ["MAX_PATHS", "OTHER", "OVERFLOW", "ROOT", "PathResolver", "PathTable", "column_codes",
+           "tree_totals", "unique_paths"]
 
 #: Distinct block paths kept as their own series (per exporting process); more go to `OTHER`.
 MAX_PATHS = 2000
@@ -98,6 +98,13 @@ def _is_kind(extra: Any) -> bool:
         return False
     attrs = extra.get("attrs")
     return bool(attrs) and semconv.KIND in attrs
+
+
+def column_codes(np: Any, columns: Any, codes: Mapping[str, int]) -> Any:
+    """``codes[name]`` of each record of a batch laid out in `columns` (`Columns`: its names
+    once each, then an index per record), as int64, without a step per record."""
+    return np.array([codes[name] for name in columns.names] or [0],
+                    np.int64)[np.frombuffer(columns.name_idx, np.uint32)]
 
 
 class PathResolver:
@@ -220,8 +227,7 @@ class PathResolver:
             sids = np.frombuffer(columns.sids, np.uint64)
             psids = np.frombuffer(columns.psids, np.uint64)
             tids = np.frombuffer(columns.tids, np.uint64)
-            name_codes = np.array([name_ids[name] for name in columns.names] or [0],
-                                  np.int64)[np.frombuffer(columns.name_idx, np.uint32)]
+            name_codes = column_codes(np, columns, name_ids)
         else:
             single = next(iter(threads)) if threads is not None and len(threads) == 1 else None
             one_thread = isinstance(single, int) and single >= 0

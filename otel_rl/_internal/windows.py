@@ -19,14 +19,12 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.otlp.rows import Rows
 from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, OpenSpan, Record, make
 from otel_rl._internal.windows_bulk import OWN_BULK, BulkWindows, beyond, with_columns
 
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
 _CONTINUATION = {semconv.CONTINUATION: True}
-_NO_KEY = object()  # (a source key is a pid, or None)
 
 
 def mix(k: int) -> int:
@@ -132,7 +130,7 @@ class _Window:
         record's source, then its eight fields) in the order of their starts, arrival order on
         a tie (as sorting the items by start gives). Made from the chunks' columns (`Rows.
         fields`), not item by item: a kept window's records are then made once, as the records
-        it exports (`Windower._emit_settled`), where making items first made three tuples a
+        it exports (`Windower._decide`), where making items first made three tuples a
         record and, held together, several of the main process's garbage collections."""
         skip = self._pushed_out() if self.ring else 0
         items = self.records
@@ -147,10 +145,8 @@ class _Window:
                 continue
             if positions is None:
                 part: Any = zip(*records, strict=True)
-            elif isinstance(records, Rows):
+            else:  # (positions only ever point into a relayed or packed batch's `Rows`)
                 part = records.fields(positions.tolist())
-            else:
-                part = zip(*map(records.__getitem__, positions.tolist()), strict=True)
             for column, values in zip(fields, part, strict=True):
                 column.extend(values)
             keys.extend(repeat(key, len(chunk_starts)))
@@ -351,27 +347,6 @@ class Windower(BulkWindows):
             make(remap(sid, k), parent, name, start, end, tid, self.trace_id(k), extra))
         self.stats["exported"] += 1
 
-    def _emit_settled(self, k: int, held: tuple[list[Any], ...]) -> None:
-        """`_emit` of each record kept window `k` held (`_Window.settled`; their span ids are
-        in the window's presence set already)."""
-        keys, sids, psids, names, starts, ends, tids, _traces, extras = held
-        mask, trace = mix(k), self.trace_id(k)
-        present, bases, sources = self._present[k], self._bases, self.sources
-        run_parent = remap(self.run_span, k)
-        out_key: Any = _NO_KEY
-        out: list[Record] = []
-        for key, sid, psid, name, start, end, tid, extra in zip(
-                keys, sids, psids, names, starts, ends, tids, extras, strict=True):
-            if key is not out_key:
-                out_key, out = key, sources[key].records
-            parent = 0
-            if psid:
-                parent = (psid ^ mask) or 1
-                if parent not in present and psid in bases.get(key, ()):
-                    parent, extra = run_parent, _starter_ended(extra)
-            out.append(make(sid ^ mask or 1, parent, name, start, end, tid, trace, extra))
-        self.stats["exported"] += len(sids)
-
     def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
                   tid: int, still_open: bool = False) -> None:
         """A continuation of block `sid` in kept window `k`, clipped to the window. One made
@@ -558,8 +533,7 @@ class Windower(BulkWindows):
         # Every span this window will hold, so that a block whose starter has ended (and is
         # in no window) hangs under the window span instead of a missing parent.
         present = {remap(self.run_span, k)}
-        mask = mix(k)
-        present.update([(sid ^ mask) or 1 for sid in held[1]])
+        present.update([remap(sid, k) for sid in held[1]])
         present.update(remap(record[SPAN_ID], k) for _key, record in window.long)
         present.update(remap(block.span_id, k) for block, _end in opened)
         self._present[k] = present
@@ -567,7 +541,9 @@ class Windower(BulkWindows):
             del self._present[old]
         if self.bases is not None:
             self._bases = self.bases()
-        self._emit_settled(k, held)
+        keys, *fields = held
+        for key, record in zip(keys, zip(*fields, strict=True), strict=True):
+            self._emit(key, k, record)  # (one tuple made a record: the exported one)
         for key, record in window.long:
             sid, psid, name, start, end, tid, _trace, _extra = record
             self._continue(key, k, sid, psid, name, start, end, tid)
