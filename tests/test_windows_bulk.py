@@ -21,7 +21,7 @@ from otel_rl._internal import relay, semconv
 from otel_rl._internal.mainledger import LEDGER_KEY
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.otlp.rows import Rows
-from otel_rl._internal.record import OpenSpan
+from otel_rl._internal.record import EXTRA, PARENT_ID, THREAD_ID, TRACE_ID, OpenSpan
 from otel_rl._internal.windows import Windower, beyond, remap
 from otel_rl._internal.windows_bulk import OWN_BULK, with_columns
 from tests.test_long_runs import assert_same_tree, tree_cli
@@ -124,11 +124,11 @@ def assert_starter_ended_hang_under_window_spans(w: Windower, records: list[Any]
     window_span = {w.trace_id(k): remap(w.run_span, k) for k in w.kept}
     marked = 0
     for r in records:
-        attrs = (r[7] or {}).get("attrs") or {}
+        attrs = (r[EXTRA] or {}).get("attrs") or {}
         if attrs.get(semconv.STARTER_ENDED):
             marked += 1
-            assert r[1] == window_span[r[6]], r
-        elif r[5] == 7101 and r[1] == window_span.get(r[6]):
+            assert r[PARENT_ID] == window_span[r[TRACE_ID]], r
+        elif r[THREAD_ID] == 7101 and r[PARENT_ID] == window_span.get(r[TRACE_ID]):
             assert attrs.get(semconv.CONTINUATION), r
     return marked
 

@@ -543,7 +543,7 @@ class Windower(BulkWindows):
             self._bases = self.bases()
         keys, *fields = held
         for key, record in zip(keys, zip(*fields, strict=True), strict=True):
-            self._emit(key, k, record)  # (one tuple made a record: the exported one)
+            self._emit(key, k, record)  # (only the exported tuple outlives its step)
         for key, record in window.long:
             sid, psid, name, start, end, tid, _trace, _extra = record
             self._continue(key, k, sid, psid, name, start, end, tid)
