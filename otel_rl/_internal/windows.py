@@ -347,6 +347,27 @@ class Windower(BulkWindows):
             make(remap(sid, k), parent, name, start, end, tid, self.trace_id(k), extra))
         self.stats["exported"] += 1
 
+    def _emit_held(self, k: int, held: tuple[list[Any], ...], present: set[int]) -> None:
+        """`_emit` for each record a kept window holds (`_Window.settled`'s columns), in one
+        loop: their re-mapped ids are in `present` already."""
+        keys, sids, psids, names, starts, ends, tids, _traces, extras = held
+        mask = mix(k)
+        trace = self.trace_id(k)
+        window_span = remap(self.run_span, k)
+        bases = self._bases
+        sources = self.sources
+        out_key: Any = None
+        out: list[Record] = []
+        for key, sid, psid, name, start, end, tid, extra in zip(
+                keys, sids, psids, names, starts, ends, tids, extras, strict=True):
+            parent = ((psid ^ mask) or 1) if psid else 0
+            if psid and parent not in present and psid in bases.get(key, ()):
+                parent, extra = window_span, _starter_ended(extra)  # (as `_parent` says)
+            if key != out_key:
+                out_key, out = key, sources[key].records
+            out.append(make((sid ^ mask) or 1, parent, name, start, end, tid, trace, extra))
+        self.stats["exported"] += len(sids)
+
     def _continue(self, key: Any, k: int, sid: int, psid: int, name: str, start: int, end: int,
                   tid: int, still_open: bool = False) -> None:
         """A continuation of block `sid` in kept window `k`, clipped to the window. One made
@@ -532,8 +553,9 @@ class Windower(BulkWindows):
                 opened.append((block, hi - source.offset))
         # Every span this window will hold, so that a block whose starter has ended (and is
         # in no window) hangs under the window span instead of a missing parent.
+        mask = mix(k)
         present = {remap(self.run_span, k)}
-        present.update([remap(sid, k) for sid in held[1]])
+        present.update([(sid ^ mask) or 1 for sid in held[1]])
         present.update(remap(record[SPAN_ID], k) for _key, record in window.long)
         present.update(remap(block.span_id, k) for block, _end in opened)
         self._present[k] = present
@@ -541,9 +563,7 @@ class Windower(BulkWindows):
             del self._present[old]
         if self.bases is not None:
             self._bases = self.bases()
-        keys, *fields = held
-        for key, record in zip(keys, zip(*fields, strict=True), strict=True):
-            self._emit(key, k, record)  # (only the exported tuple outlives its step)
+        self._emit_held(k, held, present)
         for key, record in window.long:
             sid, psid, name, start, end, tid, _trace, _extra = record
             self._continue(key, k, sid, psid, name, start, end, tid)
