@@ -38,6 +38,7 @@ from otel_rl._internal import (
     procstate,
     recorder,
     relay_columns,
+    runreport,
     semconv,
     threads,
     wholerun,
@@ -54,6 +55,7 @@ from otel_rl._internal.sinks import Sink, Stats
 from otel_rl._internal.sinks.file import FileSink
 from otel_rl._internal.threads import start_daemon
 from otel_rl._internal.wholerun import MainWorker, Snapshot, TreeInputs
+from otel_rl._internal.zerocode import MAIN_ENV
 
 if TYPE_CHECKING:
     from otel_rl._internal.otlp.transport import OtlpTransport
@@ -599,8 +601,31 @@ class Runtime:
             if tree["metadata"] != before:
                 self._write_timers_dict(tree, quiet=True)
         ledger_hooks.shut_down(self)
+        if tree is not None and time.monotonic() < deadline:
+            self._write_report()
         self._report()
         self.finished = True
+
+    def _write_report(self) -> None:
+        """report.html, where ``otel-rl run`` asked the program's main process for it
+        (`runreport`): from the tree just written and the spans its file sink kept."""
+        folder = os.environ.get(runreport.REPORT_ENV)
+        if (not folder or self.is_worker or not self.output_dir
+                or os.path.abspath(self.output_dir) != folder
+                or os.environ.get(MAIN_ENV) != f"pid:{self.pid}"):
+            return
+        if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+            # The program ends on Ctrl-C: Python then exits by SIGINT, unless code run from
+            # a string (`exec`: dataclasses, as the page's modules load) clears its mark of
+            # that, and the program would exit 1 instead of 130. The launcher writes it.
+            return
+        try:
+            sink = next((s for s in self.pipeline.sinks
+                         if isinstance(s, FileSink) and s.path == os.path.join(
+                             self.output_dir, SPANS_FILE)), None)
+            runreport.write(folder, sink.timeline_spans() if sink is not None else None)
+        except Exception as exc:  # the launcher writes it from the files instead
+            log.info("otel_rl: report.html left to otel-rl run: %r", exc)
 
     def _cut_short(self, end_ns: int) -> None:
         """Blocks still open now become spans ending here, marked cut short, so their

@@ -11,8 +11,10 @@ program, and its exit code is returned (128 + N when signal N ended it).
 The service is named after the program (``python -m sf_examples.train_gym_env`` ->
 ``sf_examples.train_gym_env``, ``mlagents-learn`` -> ``mlagents-learn``) unless
 ``--service-name``, ``OTEL_RL_SERVICE_NAME``, ``OTEL_SERVICE_NAME`` or a ``service.name`` in the
-resource attributes says otherwise. When the program has ended, ``report.html`` is written
-next to its ``timers.json`` (as ``otel-rl report --html`` would).
+resource attributes says otherwise. When the program has ended, ``report.html`` is next to its
+``timers.json`` (as ``otel-rl report --html`` would write it): the program's main process writes
+it as its last step (`runreport`), or, where that page does not describe the files as they are,
+this command writes it from them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sys
 from types import FrameType
 from typing import Any
 
-from otel_rl._internal import mainledger, torchrun
+from otel_rl._internal import mainledger, runreport, torchrun
 from otel_rl._internal.config import SPAN_POLICIES, run_folder
 from otel_rl._internal.errors import UnavailableError, UsageError, one_line, shown
 from otel_rl._internal.mainledger import SURVIVOR_ENV
@@ -140,7 +142,8 @@ def output_dir(env: dict[str, str]) -> str | None:
 
 
 def write_report(folder: str) -> str | None:
-    """Write ``report.html`` from the run's timers.json (and spans file, for the timeline).
+    """Write ``report.html`` from the run's timers.json (and spans file, for the timeline),
+    unless the main process wrote it from those files as they are (`runreport.is_current`).
 
     The timeline's spans are read as `readers.timeline` reads them: only those it shows are
     converted (the page is the one a full read gives). A last line of the spans file cut off
@@ -151,6 +154,8 @@ def write_report(folder: str) -> str | None:
     timers = Path(folder) / TIMERS_FILE
     if not timers.exists():
         return None  # (before the imports: a run without files costs nothing more)
+    if runreport.is_current(folder):  # the main process wrote it from these files
+        return str(Path(folder) / REPORT_FILE)
     from otel_rl._internal import atomic
     from otel_rl._internal.readers.timeline import timeline_spans
     from otel_rl._internal.tree import Tree
@@ -248,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
 
         env["OTEL_RL_RUN_ID"] = new_run_id()
     folder = output_dir(env)
+    if folder is not None and joining_node is None and not env.get(torchrun.AUTO_NODE):
+        env[runreport.REPORT_ENV] = folder  # the main process writes report.html as it ends
     forwarder = _Forwarder()
     forwarder.install()
     try:

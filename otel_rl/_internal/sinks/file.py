@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from otel_rl._internal import atomic, log, timeline_side
 from otel_rl._internal.otlp import records
@@ -47,6 +48,8 @@ class FileSink(Sink):
         self._size = 0
         self._encoder = records.JsonEncoder()
         self._timeline = TimelineKeeper() if timeline else None
+        #: After shutdown, the keeper of a file this sink wrote (`timeline_spans`).
+        self._kept: TimelineKeeper | None = None
 
     def export(self, batches: Sequence[Batch], deadline: float) -> None:
         n = span_count(batches)
@@ -87,6 +90,18 @@ class FileSink(Sink):
         except Exception as exc:
             self._stats.add_dropped("error", n - written, self.name, f"{self.path}: {exc!r}")
             self._stats.warn_once(f"file-{self.path}", f"cannot write spans to {self.path}: {exc}")
+
+    def timeline_spans(self) -> tuple[list[Any], int] | None:
+        """Once shut down: what a read of the spans file gives report.html's timeline, from
+        the spans this sink kept as it wrote them (`TimelineKeeper.chosen`); None unless it
+        wrote the file, and the file is still all it wrote."""
+        kept = self._kept
+        if kept is None or self._fd is not None:
+            return None
+        try:
+            return kept.chosen(self.path, self._size)
+        except OSError:
+            return None
 
     def _check_room(self, size: int) -> None:
         assert self._fd is not None
@@ -140,6 +155,7 @@ class FileSink(Sink):
                 pass
         timeline, self._timeline = self._timeline, None
         if fd is not None and timeline is not None:
+            self._kept = timeline
             try:
                 side = timeline.side_file(self.path, self._size, self._encoder)
                 if side is not None:

@@ -87,6 +87,21 @@ class TimelineKeeper:
                     floor = heap[0][0]
         self.floor, self.seq = floor, seq
 
+    def chosen(self, spans_path: str, size: int) -> tuple[list[Any], int] | None:
+        """What a read of `spans_path` (which this process wrote whole: `size` bytes) gives
+        the timeline, in the reader's order (`readers.timeline`): each span as (record, time
+        offset, thread name, resource JSON), and how many spans it stands for; None unless
+        the file is still all this process wrote."""
+        if not self.usable or os.getpid() != self.pid:
+            return None
+        if os.stat(spans_path).st_size != size:  # another writer appended too
+            return None
+        if self.seq <= self.cap:  # every span, in file order
+            items = sorted(self.heap, key=lambda item: -item[3])
+        else:  # the longest first, as the reader's own heap gives them
+            items = sorted(self.heap, reverse=True)
+        return [item[4] for item in items], self.seq
+
     def side_file(self, spans_path: str, size: int, encoder: JsonEncoder) -> bytes | None:
         """The side file of `spans_path` (which this process wrote whole: `size` bytes), if
         the file has more spans than the timeline shows; else None."""
