@@ -4,7 +4,8 @@
                                         [--quick | --smoke] [--json FILE]
 
 The launcher starts the program, waits, and when the program has ended writes ``report.html``
-from the run's timers.json and spans file. To measure just that, the program is ``true`` (no
+from the run's timers.json and spans file, unless the program's main process wrote it as it
+ended (`runreport`: a run under ``otel-rl run``; a folder made without the launcher has none). To measure just that, the program is ``true`` (no
 Python, ~1 ms) and ``--output`` names a copy of a real run's folder: what the launcher costs
 after a real run is then the whole CPU of ``otel-rl run --output COPY -- true``
 (``RUSAGE_CHILDREN`` around it) less that of ``true`` alone. The run's folder is ``--run-dir``
@@ -19,6 +20,10 @@ Variants, interleaved (a shuffled order per round, a fresh interpreter per measu
   to after the page is written (``time.process_time`` inside);
 - ``true`` alone, and ``python -c pass`` (an interpreter's start-up: the floor of a launcher
   written in Python);
+- the spans file writer in this process (`FileSink` export and shutdown of the run's spans),
+  keeping the timeline or not; then the page the main process writes itself under ``otel-rl
+  run`` (`runreport.write`, timed alone, its modules already loaded here), and the launcher
+  after it (a copy of that folder, its stamp current: the launcher keeps the page);
 
 each with otel_rl as of ``--rev`` (before, from ``git archive``; default ``b971630``, the
 commit before this change) and as checked out (now). Checks: the report is written by both,
@@ -144,6 +149,51 @@ def measure_writer(batches: list[Any], timeline: bool, scratch: str) -> float:
     return time.process_time() - start
 
 
+def measure_main_page(batches: list[Any], run_dir: str, scratch: str) -> tuple[float, str]:
+    """CPU seconds the main process takes to write report.html itself once its spans file
+    writer has shut down (`runreport.write`: the page from the spans the writer kept; its
+    modules are loaded here already, as they are not in a real main process), and the folder
+    it wrote the page in."""
+    from otel_rl._internal import runreport
+    from otel_rl._internal.sinks.base import Stats
+    from otel_rl._internal.sinks.file import FileSink
+
+    folder = os.path.join(scratch, "main-page")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    sink = FileSink(os.path.join(folder, "spans.otlp.jsonl"), Stats(), timeline=True)
+    for i in range(0, len(batches), 8):
+        sink.export(batches[i:i + 8], float("inf"))
+    sink.shutdown(float("inf"))
+    shutil.copy2(os.path.join(run_dir, "timers.json"), folder)
+    start = time.process_time()
+    written = runreport.write(folder, sink.timeline_spans())
+    cpu = time.process_time() - start
+    if not written or not runreport.is_current(folder):
+        raise RuntimeError("the main process's page was not written")
+    return cpu, folder
+
+
+def measure_launcher_after_page(folder: str, scratch: str) -> float:
+    """The launcher's CPU after a run whose main process wrote the page (`folder`, copied
+    whole: the stamp still matches), the program being `true`."""
+    copy = os.path.join(scratch, "paged")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "otel_rl", "run", "--output", copy, "--",
+                           "true"], env=_env(ROOT), capture_output=True, text=True,
+                          timeout=600, cwd=scratch)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0 or "wrote" not in done.stderr:
+        raise RuntimeError(f"otel-rl run: exit {done.returncode}: {done.stderr[-500:]}")
+    with open(os.path.join(folder, "report.html"), encoding="utf-8") as f, \
+            open(os.path.join(copy, "report.html"), encoding="utf-8") as g:
+        if f.read() != g.read():
+            raise RuntimeError("the launcher wrote the page again")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run-dir", help="a real run's output folder (default: one made here)")
@@ -176,7 +226,8 @@ def main() -> int:
         writer_batches = None
         for _ in range(rounds):
             jobs = [(what, version) for what in ("launcher", "write_report") for version in paths]
-            jobs += [("true", ""), ("python", ""), ("writer", "keeps"), ("writer", "plain")]
+            jobs += [("true", ""), ("python", ""), ("writer", "keeps"), ("writer", "plain"),
+                     ("main page", "")]
             rng.shuffle(jobs)
             for what, version in jobs:
                 if what == "true":
@@ -189,6 +240,14 @@ def main() -> int:
                         writer_batches = _batches_of(spans)
                     samples.setdefault(f"spans file writer, {version}", []).append(
                         measure_writer(writer_batches, version == "keeps", scratch))
+                elif what == "main page":  # in this process, then the launcher after it
+                    if writer_batches is None:
+                        writer_batches = _batches_of(spans)
+                    cpu, paged = measure_main_page(writer_batches, run_dir, scratch)
+                    samples.setdefault("the main process's page (`runreport.write`)",
+                                       []).append(cpu)
+                    samples.setdefault("launcher, now, after the main process's page",
+                                       []).append(measure_launcher_after_page(paged, scratch))
                 elif what == "launcher":
                     cpu, page = measure_launcher(paths[version], run_dir, scratch)
                     pages[version] = page
