@@ -180,7 +180,8 @@ def test_relay_and_timing_switch_benchmarks_check_their_results(smoke_run: dict[
     launcher = benches["bench_launcher"]  # report.html the same before and now
     assert launcher["exit_status"] == 0, launcher["output"][-2000:]
     rows = launcher["results"]["summary"]
-    assert {"launcher, now", "write_report, now"} <= set(rows)
+    assert {"launcher, now", "write_report, now", "the main process's page (`runreport.write`)",
+            "launcher, now, after the main process's page"} <= set(rows)
     assert all(not row["checks"] for row in rows.values())
 
 
