@@ -25,6 +25,7 @@ from otel_rl._internal.windows_bulk import OWN_BULK, BulkWindows, beyond, with_c
 _MASK64 = (1 << 64) - 1
 _PASS_KINDS = frozenset((semconv.KIND_RUN, semconv.KIND_PROCESS, semconv.KIND_AGGREGATE))
 _CONTINUATION = {semconv.CONTINUATION: True}
+_NO_SOURCE = object()
 
 
 def mix(k: int) -> int:
@@ -356,7 +357,7 @@ class Windower(BulkWindows):
         window_span = remap(self.run_span, k)
         bases = self._bases
         sources = self.sources
-        out_key: Any = None
+        out_key: Any = _NO_SOURCE  # (a source's key may be None: a batch without a pid)
         out: list[Record] = []
         for key, sid, psid, name, start, end, tid, extra in zip(
                 keys, sids, psids, names, starts, ends, tids, extras, strict=True):
