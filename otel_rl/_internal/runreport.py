@@ -40,7 +40,7 @@ _ID128 = 1 << 128
 REPORT_ENV = "OTEL_RL_ZEROCODE_REPORT"
 #: The page's stamp, a hidden file beside it.
 STAMP = ".report.html.stamp"
-#: The run's files (`runtime` names them; `tests/test_report_timeline.py` pins them equal).
+#: The run's files, as the launcher names them (`tests/test_run_report_main.py` pins them equal).
 TIMERS_FILE = "timers.json"
 SPANS_FILE = "spans.otlp.jsonl"
 REPORT_FILE = "report.html"
