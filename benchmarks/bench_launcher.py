@@ -76,16 +76,21 @@ def _fresh_copy(run_dir: str, into: str) -> str:
     return copy
 
 
-def measure_launcher(pythonpath: str, run_dir: str, scratch: str) -> tuple[float, str]:
-    copy = _fresh_copy(run_dir, scratch)
+def _launch(pythonpath: str, folder: str, scratch: str) -> float:
+    """CPU seconds of ``otel-rl run --output FOLDER -- true`` (all its processes)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "otel_rl", "run", "--output", copy, "--",
+    done = subprocess.run([sys.executable, "-m", "otel_rl", "run", "--output", folder, "--",
                            "true"], env=_env(pythonpath), capture_output=True, text=True,
                           timeout=600, cwd=scratch)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0 or "wrote" not in done.stderr:
         raise RuntimeError(f"otel-rl run: exit {done.returncode}: {done.stderr[-500:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def measure_launcher(pythonpath: str, run_dir: str, scratch: str) -> tuple[float, str]:
+    copy = _fresh_copy(run_dir, scratch)
+    cpu = _launch(pythonpath, copy, scratch)
     with open(os.path.join(copy, "report.html"), encoding="utf-8") as f:
         return cpu, f.read()
 
@@ -180,18 +185,12 @@ def measure_launcher_after_page(folder: str, scratch: str) -> float:
     copy = os.path.join(scratch, "paged")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "otel_rl", "run", "--output", copy, "--",
-                           "true"], env=_env(ROOT), capture_output=True, text=True,
-                          timeout=600, cwd=scratch)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0 or "wrote" not in done.stderr:
-        raise RuntimeError(f"otel-rl run: exit {done.returncode}: {done.stderr[-500:]}")
-    with open(os.path.join(folder, "report.html"), encoding="utf-8") as f, \
-            open(os.path.join(copy, "report.html"), encoding="utf-8") as g:
-        if f.read() != g.read():
-            raise RuntimeError("the launcher wrote the page again")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = _launch(ROOT, copy, scratch)
+    from otel_rl._internal import runreport
+
+    if not runreport.is_current(copy):  # (a page written again would not match its stamp)
+        raise RuntimeError("the launcher wrote the page again")
+    return cpu
 
 
 def main() -> int:
