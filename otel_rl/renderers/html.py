@@ -124,10 +124,9 @@ def _error_text(span: SpanData) -> str:
 
 
 def _lanes(
-    spans: Sequence[SpanData], keys: Sequence[tuple[str, str]],
+    spans: Sequence[SpanData],
 ) -> tuple[list[tuple[str, str]], dict[tuple[str, str], tuple[str, str]]]:
-    """The timeline's lanes (pid, thread id) in display order, and their labels; `keys`:
-    each span's lane (`_lane_key`).
+    """The timeline's lanes (pid, thread id) in display order, and their labels.
 
     Main processes first, in start order, then workers by role and index; within a process,
     threads by their first span.
@@ -136,7 +135,8 @@ def _lanes(
     first_by_pid: dict[str, int] = {}
     worker_by_pid: dict[str, tuple[str, int]] = {}
     labels: dict[tuple[str, str], tuple[str, str]] = {}
-    for span, key in zip(spans, keys, strict=True):
+    for span in spans:
+        key = _lane_key(span)
         if key not in first_by_lane:
             first_by_lane[key] = span.start_ns
             labels[key] = _lane_label(span)
@@ -183,16 +183,15 @@ def _timeline_data(spans: Sequence[SpanData], cap: int) -> dict[str, Any]:
     if not chosen:
         return {"lanes": [], "spans": [], "names": [], "total": total, "shown": 0, "end": 0}
     t0 = chosen[0].start_ns
-    keys = [_lane_key(span) for span in chosen]
-    lane_keys, labels = _lanes(chosen, keys)
+    lane_keys, labels = _lanes(chosen)
     lane_index = {key: i for i, key in enumerate(lane_keys)}
     names: dict[str, int] = {}
     rows: list[list[Any]] = []
     errors: dict[str, str] = {}
     placed: dict[tuple[str, str], tuple[int, int]] = {}  # (trace, span id) -> (row, depth)
     depth_max = [0] * len(lane_keys)
-    for span, key in zip(chosen, keys, strict=True):
-        lane = lane_index[key]
+    for span in chosen:
+        lane = lane_index[_lane_key(span)]
         parent = placed.get((span.trace_id, span.parent_span_id))
         depth = 0
         parent_row = -1
