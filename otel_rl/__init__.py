@@ -121,6 +121,7 @@ def configure(
     metrics_timeout: float | None = None,
     metrics_histogram: Histogram | None = None,
     metrics_interval: float | None = None,
+    thread_nice: int | None = None,
     accelerator: bool | None = None,
     worker_role: str | None = None,
     worker_index: int | None = None,

@@ -146,6 +146,17 @@ def _parse_index(text: str) -> int:
     return value
 
 
+#: The most niceness Linux gives a thread (`thread_nice`).
+MAX_NICE = 19
+
+
+def _parse_nice(text: str) -> int:
+    value = int(text.strip())
+    if not 0 <= value <= MAX_NICE:
+        raise ValueError(f"expected an integer from 0 to {MAX_NICE}, got {text[:40]!r}")
+    return value
+
+
 def _parse_names(text: str) -> tuple[str, ...]:
     """A comma-separated list of block names or fnmatch patterns (``forward,opt_*``)."""
     names = tuple(item.strip() for item in text.split(",") if item.strip())
@@ -202,6 +213,12 @@ def _check_positive(kind: type) -> Callable[[Any], Any]:
         return kind(value)
 
     return check
+
+
+def _check_nice(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_NICE:
+        raise ValueError(f"expected an integer from 0 to {MAX_NICE}, got {value!r}")
+    return value
 
 
 def _check_bool(value: Any) -> bool:
@@ -364,6 +381,11 @@ TABLE: tuple[_Setting, ...] = (
     _Setting("metrics_interval", ("OTEL_RL_METRICS_INTERVAL",), _parse_positive_float, 10.0,
              "seconds between metrics exports (cumulative: a lost export costs resolution only)",
              _check_positive(float), carried=True),
+    _Setting("thread_nice", ("OTEL_RL_THREAD_NICE",), _parse_nice, 10,
+             "niceness otel_rl's background threads run at above the program's (Linux: the "
+             "flusher, the relay, the sinks), so that where cores are short the training's "
+             "threads run first; 0 keeps them at the program's priority", _check_nice,
+             carried=True),
     _Setting("accelerator", ("OTEL_RL_ACCELERATOR",), _parse_bool, True,
              "time blocks with the compiled hot path where it is built (false: pure Python, "
              "the same results)", _check_bool, carried=True),
@@ -454,6 +476,7 @@ class Settings:
     metrics_timeout: float | None
     metrics_histogram: Histogram
     metrics_interval: float
+    thread_nice: int
     accelerator: bool
     worker_role: str | None
     worker_index: int | None

@@ -707,6 +707,8 @@ def start(settings: Settings, ctx: Context | None, *, auto: bool = False) -> Run
     from otel_rl._internal import gpu  # light: torch is looked up only when a block asks
 
     with _lock:
+        # Before any of its threads starts: they run nicer than the program's (`threads`).
+        threads.set_niceness(0 if settings.disabled else settings.thread_nice)
         rt = Runtime(settings, ctx, auto=auto)
         rt.attach(recorder.thread_stack())
         ledger_hooks.main_started(rt)  # under `otel-rl run`: counted if it is killed
@@ -1064,7 +1066,7 @@ def _watch_sigterm() -> None:
                 except (OSError, ValueError):
                     return
 
-    start_daemon("otel_rl-sigterm", watch, wake=lambda: _resend_wakeup(writer, 0))
+    start_daemon("otel_rl-sigterm", watch, wake=lambda: _resend_wakeup(writer, 0), yields=False)
 
 
 def _resend_wakeup(writer: socket.socket, signum: int) -> None:

@@ -32,6 +32,12 @@ is true, and be callable again to carry on where it stopped (keep state outside 
 on an event with a timeout, or with `sleep`, never in a call nobody can wake; give `start_daemon`
 a `wake` callable that interrupts the wait (sets the event, writes to the socket). A target that
 returns while not asked to stop has ended for good and is not restarted.
+
+**Priority.** On Linux, where a thread has a niceness of its own, the daemons run
+`set_niceness`'s steps nicer than the thread that configured otel_rl (the ``thread_nice``
+setting), so that where the cores are short the training's threads are scheduled first and
+otel_rl's work fills the gaps; on an idle core it changes nothing. A daemon started with
+``yields=False`` (the SIGTERM watcher, which has a grace period to meet) keeps the program's.
 """
 
 from __future__ import annotations
@@ -47,8 +53,8 @@ import warnings
 from collections.abc import Callable
 
 __all__ = ["FORK_WAIT_S", "TERMINATION_SIGNALS", "Daemon", "forget_all", "live",
-           "pause_for_fork", "restart", "resume_after_fork", "sleep", "start_daemon",
-           "stop_all", "stopping", "wrap_os_fork"]
+           "pause_for_fork", "restart", "resume_after_fork", "set_niceness", "sleep",
+           "start_daemon", "stop_all", "stopping", "wrap_os_fork"]
 
 #: Signals otel_rl's threads leave to the main thread.
 TERMINATION_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
@@ -66,13 +72,15 @@ class Daemon:
     fork and started again (`join` and `is_alive` speak of its current thread)."""
 
     __slots__ = ("carry_on", "ended", "exited", "lingering", "name", "stop", "target",
-                 "thread", "wake")
+                 "thread", "wake", "yields")
 
     def __init__(self, name: str, target: Callable[[], None],
-                 wake: Callable[[], None] | None) -> None:
+                 wake: Callable[[], None] | None, yields: bool = True) -> None:
         self.name = name
         self.target = target
         self.wake = wake
+        #: Runs at `set_niceness`'s priority (see the module docstring).
+        self.yields = yields
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         #: The target returned without being asked to: it is done, never restarted.
@@ -102,6 +110,9 @@ class Daemon:
     def _run(self, stop: threading.Event) -> None:
         _local.daemon = self
         _local.stop = stop
+        niceness = _Priority.niceness
+        if self.yields and niceness is not None:
+            _lower_priority(niceness)
         again = False
         try:
             self.target()
@@ -150,12 +161,51 @@ _daemons: list[Daemon] = []
 _local = threading.local()
 
 
+class _Priority:
+    """The niceness a yielding daemon runs at (`set_niceness`); None: the one it starts with."""
+
+    niceness: int | None = None
+
+
+#: A thread's own niceness is Linux's (elsewhere ``setpriority`` takes a process id).
+_PER_THREAD = sys.platform.startswith("linux") and hasattr(os, "setpriority")
+
+
+def set_niceness(steps: int) -> None:
+    """Run the yielding daemons `steps` nicer than the calling thread (at most 19); 0: at the
+    priority they start with. Daemons alive now follow at once, new ones as they start. A
+    thread cannot be made less nice again without privileges: a later, smaller value holds
+    for threads started after it."""
+    _Priority.niceness = None
+    if not _PER_THREAD or steps <= 0:
+        return
+    try:
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + steps)
+    except OSError:
+        return
+    _Priority.niceness = niceness
+    for daemon in live():
+        native = getattr(daemon.thread, "native_id", None)
+        if daemon.yields and native is not None:
+            _lower_priority(niceness, native)
+
+
+def _lower_priority(niceness: int, tid: int | None = None) -> None:
+    """Make thread `tid` (default: the calling one) at least `niceness` nice; never raises."""
+    try:
+        tid = threading.get_native_id() if tid is None else tid
+        if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+    except OSError:  # gone, or not allowed: it runs as it is
+        pass
+
+
 def start_daemon(name: str, target: Callable[[], None], *,
-                 wake: Callable[[], None] | None = None) -> Daemon:
+                 wake: Callable[[], None] | None = None, yields: bool = True) -> Daemon:
     """Start `target` in a daemon thread named `name`, with termination signals blocked, and
     stop it around every fork (see the module docstring for what `target` must do; `wake`
-    interrupts whatever it waits on)."""
-    daemon = Daemon(name, target, wake)
+    interrupts whatever it waits on; `yields`: at `set_niceness`'s priority)."""
+    daemon = Daemon(name, target, wake, yields)
     with _lock:
         _daemons.append(daemon)
     daemon._start()
