@@ -82,10 +82,13 @@ class Pipeline:
         self._put_lock = threading.Lock()
         self._thread: Daemon | None = None
         self._next_flush = 0.0
-        #: Set in a relaying worker: the buffer's records are laid out in the relay's columns
-        #: every ~`PACK_RECORDS` records between flushes (`pack`), not held as tuples until
-        #: the flush; the flush sends what it packed as one batch.
+        #: Set where records leave in frames or go through windows: the flush lays the
+        #: buffer out in the relay's columns and sends what it packed as one batch.
         self.packs: Packer | None = None
+        #: And between flushes too, every ~`PACK_RECORDS` records (`pack`), not held as tuples
+        #: until the flush: a relaying worker. A main process packs only at its flushes: every
+        #: wake of the flusher between them hands it the GIL the training's threads wait for.
+        self.pack_between = False
         self._next_pack = 0.0
         self._packed_at = 0.0
         self._pack_interval = 0.05  # seconds: what the last pack measured (a first guess)
@@ -124,13 +127,14 @@ class Pipeline:
         # in `_next_flush`, so a program forking more often than `flush_interval` still flushes.
         while not self._stop:
             due = self._next_flush
-            if self.packs is not None:
+            packing = self.packs is not None and self.pack_between
+            if packing:
                 due = min(due, self._next_pack)
             woken = self.wake.wait(max(0.0, due - time.monotonic()))
             self.wake.clear()
             if self._stop or stopping():
                 break
-            if not woken and self.packs is not None and time.monotonic() < self._next_flush:
+            if not woken and packing and time.monotonic() < self._next_flush:
                 self.pack()
                 continue
             self._next_flush = time.monotonic() + self.flush_interval

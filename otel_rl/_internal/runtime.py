@@ -160,13 +160,16 @@ class Runtime:
             self.pipeline.transform = self._windowed
         if self.spans_on and (self.relay_client is not None or self.windower is not None):
             # A relaying worker (the parent's socket, or Ray's mailbox: both send the relay's
-            # frames), and a process whose windows take its records, lay them out in the
-            # relay's columns between flushes (`relay_columns.Packs`: a record's tuple lives
-            # ~1,000 records, not a flush interval, and never ages in the GC's generations);
-            # the windows place a packed batch by its columns, as a relayed one.
+            # frames) lays its records out in the relay's columns between flushes
+            # (`relay_columns.Packs`: a record's tuple lives ~1,000 records, not a flush
+            # interval, and never ages in the GC's generations); a process whose windows take
+            # its records does so at its flushes only (a wake between them costs the training
+            # more than the tuples' collections: docs/DESIGN.md), and the windows place a
+            # packed batch by its columns, as a relayed one.
             from otel_rl._internal.relay_columns import Packs
 
             self.pipeline.packs = Packs()
+            self.pipeline.pack_between = self.relay_client is not None
         self.metrics: Any = None
         if (not settings.disabled and self.relay_client is None and settings.metrics is not False
                 and (settings.endpoint or settings.metrics_endpoint)):
