@@ -86,8 +86,8 @@ class Pipeline:
         #: buffer out in the relay's columns and sends what it packed as one batch.
         self.packs: Packer | None = None
         #: And between flushes too, every ~`PACK_RECORDS` records (`pack`), not held as tuples
-        #: until the flush: a relaying worker. A main process packs only at its flushes: every
-        #: wake of the flusher between them hands it the GIL the training's threads wait for.
+        #: until the flush: a relaying worker. A main process packs only at its flushes (fewer
+        #: wakes of its flusher, each taking the GIL from the training's threads).
         self.pack_between = False
         self._next_pack = 0.0
         self._packed_at = 0.0

@@ -163,9 +163,9 @@ class Runtime:
             # frames) lays its records out in the relay's columns between flushes
             # (`relay_columns.Packs`: a record's tuple lives ~1,000 records, not a flush
             # interval, and never ages in the GC's generations); a process whose windows take
-            # its records does so at its flushes only (a wake between them costs the training
-            # more than the tuples' collections: docs/DESIGN.md), and the windows place a
-            # packed batch by its columns, as a relayed one.
+            # its records does so at its flushes only (its wakes between them bought nothing
+            # measurable: docs/DESIGN.md), and the windows place a packed batch by its
+            # columns, as a relayed one.
             from otel_rl._internal.relay_columns import Packs
 
             self.pipeline.packs = Packs()
