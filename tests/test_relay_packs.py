@@ -237,52 +237,67 @@ def test_a_main_process_packing_its_own_records_exports_what_holding_them_export
     assert 400 < len(records) < len(made) and line["delivered"] == len(records)
 
 
-CHILD_WAKES = r"""
-import sys, tempfile, time
+PROGRAM_WAKES = r"""
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+
 import otel_rl
 from otel_rl.timers import hierarchical_timer
 from otel_rl._internal import runtime
 
-otel_rl.configure(output_dir=tempfile.mkdtemp(), spans="auto", flush_interval=60)
-rt = runtime.current()
-pipeline = rt.pipeline
-if sys.argv[1] == "relaying":
-    pipeline.pack_between = True
-    pipeline.wake.set()  # (the flusher waits for its first flush until woken)
-packs = pipeline.packs
-for _ in range(20):  # 20,000 blocks in ~1 s: the rate a relaying worker packs ~20 times at
-    for _ in range(1000):
-        with hierarchical_timer("step"):
-            pass
-    time.sleep(0.05)
-held, count = len(pipeline.buffer), packs.count
-otel_rl.shutdown()
-print(held, count, rt.stats.ledger.totals()["file"]["delivered"] > 0)
+
+def time_blocks(out=None):
+    for _ in range(20):  # 20,000 blocks in ~1 s: a relaying worker packs ~20 times at this rate
+        for _ in range(1000):
+            with hierarchical_timer("step"):
+                pass
+        time.sleep(0.05)
+    rt = runtime.current()
+    seen = (rt.relay_client is not None, len(rt.pipeline.buffer), rt.pipeline.packs.count)
+    if out is not None:
+        out.put(seen)
+    return seen
+
+
+if __name__ == "__main__":
+    otel_rl.configure(output_dir=tempfile.mkdtemp(), spans="auto", flush_interval=60)
+    main = time_blocks()
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    worker = ctx.Process(target=time_blocks, args=(out,))
+    worker.start()
+    relaying = out.get()
+    worker.join()
+    otel_rl.shutdown()
+    delivered = runtime.current().stats.ledger.totals()["file"]["delivered"]
+    print(*main, *relaying, delivered, worker.exitcode)
 """
 
 
-def test_a_main_process_packs_its_records_only_at_its_flushes() -> None:
+def test_a_main_process_packs_its_records_only_at_its_flushes(tmp_path: Any) -> None:
     """A main process under `auto` lays its records out in the relay's columns for its windows
     at each flush, and its flusher does not wake between flushes to pack them (each wake would
-    take the GIL from the training's threads); the same process packing as a relaying worker
-    does has packed them by then."""
+    take the GIL from the training's threads); a spawned worker of it, relaying the same blocks
+    at the same rate, has packed them by then."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-
-    def run(how: str) -> tuple[int, int]:
-        out = subprocess.run([sys.executable, "-c", CHILD_WAKES, how], cwd=repo, timeout=120,
-                             capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": str(repo)})
-        assert out.returncode == 0, out.stderr[-2000:]
-        held, count, delivered = out.stdout.split()
-        assert delivered == "True"
-        return int(held), int(count)
-
-    held, count = run("main")
-    assert count == 0 and held >= 20_000, (held, count)
-    held, count = run("relaying")
-    assert count > 0 and held < 20_000, (held, count)
+    program = tmp_path / "wakes.py"
+    program.write_text(PROGRAM_WAKES)
+    out = subprocess.run([sys.executable, str(program)], cwd=repo, timeout=120,
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    fields = out.stdout.split()
+    main_relays, main_held, main_packs = fields[0] == "True", int(fields[1]), int(fields[2])
+    worker_relays, worker_held, worker_packs = fields[3] == "True", int(fields[4]), int(fields[5])
+    delivered, exitcode = int(fields[6]), int(fields[7])
+    assert not main_relays and worker_relays and exitcode == 0
+    assert main_packs == 0 and main_held >= 20_000, (main_held, main_packs)
+    assert worker_packs > 0 and worker_held < 20_000, (worker_held, worker_packs)
+    assert delivered > 0
