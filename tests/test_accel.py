@@ -114,9 +114,11 @@ def program(seed: int) -> Callable[[], None]:
     return run
 
 
-def run_on(path: bool, workload: Callable[[], None], *, cap: int = 10**6,
+def run_on(path: bool, workload: Callable[[], None], *, cap: int = 10**6, full_at: int = 0,
            tallied: bool = False, deterministic: bool = True) -> dict[str, Any]:
-    """Run `workload` on one path with every stack in one trace; what the recorder holds."""
+    """Run `workload` on one path with every stack in one trace; what the recorder holds.
+    With `full_at`, a hook empties the buffer whenever an append leaves more in it (as a main
+    process's pipeline packs it), noting how many it found."""
     recorder.reset_for_tests()
     assert recorder.use_accelerator(path) is path
     sink: list[Any] = []
@@ -132,7 +134,16 @@ def run_on(path: bool, workload: Callable[[], None], *, cap: int = 10**6,
     def join(stack: recorder.TimerStack) -> None:
         stack.trace = trace
 
-    recorder.arm(cap, join)
+    emptied: list[Any] = []
+    fulls: list[int] = []
+
+    def full(buffer: list[Any]) -> None:
+        assert buffer is sink
+        fulls.append(len(buffer))
+        emptied.extend(buffer)
+        buffer.clear()
+
+    recorder.arm(cap, join, None, full if full_at else None, full_at)
     stacks_before = recorder.all_stacks()
     for stack in stacks_before:
         join(stack)
@@ -147,7 +158,8 @@ def run_on(path: bool, workload: Callable[[], None], *, cap: int = 10**6,
     stacks = recorder.all_stacks()
     tids = {st.tid: i for i, st in enumerate(stacks)}
     return {
-        "records": [(*r[:5], tids.get(r[5], -1), r[6], r[7]) for r in sink],
+        "records": [(*r[:5], tids.get(r[5], -1), r[6], r[7]) for r in emptied + sink],
+        "fulls": fulls,
         "trees": [recorder.node_dict(st.root) for st in stacks],
         "whole": [recorder.node_dict(recorder.stack_contribution(st)) for st in stacks],
         "dropped": [st.dropped for st in stacks],
@@ -179,6 +191,15 @@ def test_a_full_buffer_drops_and_counts_the_same_on_both_paths() -> None:
     compiled = run_on(True, program(3), cap=10)
     assert len(pure["records"]) == 10 and sum(pure["dropped"]) > 0
     assert compiled == pure
+
+
+@pytest.mark.parametrize("full_at", [1, 7])
+def test_a_filling_buffer_calls_its_hook_alike_on_both_paths(full_at: int) -> None:
+    pure = run_on(False, program(5), full_at=full_at)
+    compiled = run_on(True, program(5), full_at=full_at)
+    assert pure["fulls"] and set(pure["fulls"]) == {full_at + 1}, pure["fulls"]
+    assert compiled == pure
+    assert run_on(True, program(5))["records"] == pure["records"]  # the hook loses none
 
 
 def test_errors_carry_the_same_extra_on_both_paths() -> None:

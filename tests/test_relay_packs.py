@@ -2,7 +2,7 @@
 (`relay_columns.Packs`, `Pipeline.pack`; issue 19): the frame is byte for byte the one writing
 all of a flush's records at once gives, every record goes out once and the ledger counts it,
 and records held as tuples no longer make the worker's garbage collector run more often. A main
-process packs its records for its windows at its flushes only.
+process packs its records for its windows in the thread that recorded them.
 """
 
 from __future__ import annotations
@@ -238,9 +238,11 @@ def test_a_main_process_packing_its_own_records_exports_what_holding_them_export
 
 
 PROGRAM_WAKES = r"""
+import gc
 import multiprocessing as mp
 import sys
 import tempfile
+import threading
 import time
 
 import otel_rl
@@ -249,13 +251,25 @@ from otel_rl._internal import runtime
 
 
 def time_blocks(out=None):
+    rt = runtime.current()
+    packers = set()
+    pack_full = rt.pipeline.pack_full
+    def spy(sink):  # (the recorder reads its hook when armed: this one is seen from now on)
+        packers.add(threading.current_thread().name)
+        pack_full(sink)
+    if rt.relay_client is None:
+        from otel_rl._internal import recorder
+        recorder._assign(on_full=spy)
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
     for _ in range(20):  # 20,000 blocks in ~1 s: a relaying worker packs ~20 times at this rate
         for _ in range(1000):
             with hierarchical_timer("step"):
                 pass
         time.sleep(0.05)
-    rt = runtime.current()
-    seen = (rt.relay_client is not None, len(rt.pipeline.buffer), rt.pipeline.packs.count)
+    collections = gc.get_stats()[0]["collections"] - before
+    seen = (rt.relay_client is not None, rt.pipeline.pack_between, len(rt.pipeline.buffer),
+            rt.pipeline.packs.count, collections, ",".join(sorted(packers)) or "-")
     if out is not None:
         out.put(seen)
     return seen
@@ -271,20 +285,27 @@ if __name__ == "__main__":
     relaying = out.get()
     worker.join()
     otel_rl.shutdown()
-    delivered = runtime.current().stats.ledger.totals()["file"]["delivered"]
-    print(*main, *relaying, delivered, worker.exitcode)
+    rt = runtime.current()
+    line = rt.stats.ledger.totals()["file"]
+    print(*main, *relaying, line["recorded"], line["delivered"], sum(line["lost"].values()),
+          gc.get_threshold()[0], worker.exitcode)
 """
 
 
-def test_a_main_process_packs_its_records_only_at_its_flushes(tmp_path: Any) -> None:
+def test_a_main_process_packs_its_records_in_the_thread_that_recorded_them(
+        tmp_path: Any) -> None:
     """A main process under `auto` lays its records out in the relay's columns for its windows
-    at each flush, and its flusher does not wake between flushes to pack them (each wake would
-    take the GIL from the training's threads); a spawned worker of it, relaying the same blocks
-    at the same rate, has packed them by then."""
+    in the thread whose block fills its buffer past `PACK_RECORDS` (its flusher does not wake
+    between flushes: each wake would take the GIL from the training's threads), so they never
+    wait as tuples for its flush and never make its garbage collector run more often; a
+    spawned worker of it, relaying the same blocks at the same rate, packs them by waking its
+    flusher. What the windows keep reaches the spans file, none lost."""
     import os
     import subprocess
     import sys
     from pathlib import Path
+
+    from otel_rl._internal.pipeline import PACK_RECORDS
 
     repo = Path(__file__).resolve().parents[1]
     program = tmp_path / "wakes.py"
@@ -294,10 +315,17 @@ def test_a_main_process_packs_its_records_only_at_its_flushes(tmp_path: Any) -> 
                          env={**os.environ, "PYTHONPATH": str(repo)})
     assert out.returncode == 0, out.stderr[-2000:]
     fields = out.stdout.split()
-    main_relays, main_held, main_packs = fields[0] == "True", int(fields[1]), int(fields[2])
-    worker_relays, worker_held, worker_packs = fields[3] == "True", int(fields[4]), int(fields[5])
-    delivered, exitcode = int(fields[6]), int(fields[7])
-    assert not main_relays and worker_relays and exitcode == 0
-    assert main_packs == 0 and main_held >= 20_000, (main_held, main_packs)
-    assert worker_packs > 0 and worker_held < 20_000, (worker_held, worker_packs)
-    assert delivered > 0
+    keys = ("relays", "between", "held", "packed", "collections", "packers")
+    main = dict(zip(keys, fields[:6], strict=True))
+    worker = dict(zip(keys, fields[6:12], strict=True))
+    recorded, delivered, lost, threshold, exitcode = map(int, fields[12:17])
+    assert main["relays"] == "False" and worker["relays"] == "True" and exitcode == 0
+    # The main process: no flusher wakes to pack, yet at most PACK_RECORDS records held.
+    assert main["between"] == "False" and main["packers"] == "MainThread", main
+    assert int(main["held"]) <= PACK_RECORDS and int(main["packed"]) >= 20_000 - PACK_RECORDS
+    if threshold:  # held as tuples until the flush, they made ~20,000 / threshold collections
+        assert int(main["collections"]) <= max(2, 20_000 // threshold // 4), main
+    # The worker: its flusher packs (no hook in a relaying worker's recorder).
+    assert worker["between"] == "True" and worker["packers"] == "-", worker
+    assert 0 < int(worker["packed"]) and int(worker["held"]) < 20_000, worker
+    assert recorded == delivered > 0 and lost == 0  # (what the kept window's budget holds)

@@ -3,8 +3,9 @@
  *
  * It keeps no state of its own but the slot offsets of the recorder's classes: every module
  * global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`, `buffer_cap`,
- * `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read from the recorder's
- * namespace, the five read at every block through a cache dropped whenever that namespace
+ * `pack_at`, `on_full`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read
+ * from the recorder's namespace, the seven read at every block through a cache dropped
+ * whenever that namespace
  * changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a fork and
  * `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
  * recorder's own classes are read and written through their slots; anything else through
@@ -48,7 +49,7 @@ static PyObject *pure_init, *pure_exit;  /* what calls the fast path does not co
 static PyObject *one, *nano;   /* 1 and 1e-9 */
 static PyObject *deque_type, *deque_append;  /* collections.deque and its unbound append */
 static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
-    *s_buffer_cap, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append, *s_get, *s_pop;
+    *s_buffer_cap, *s_pack_at, *s_on_full, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append, *s_get, *s_pop;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -101,8 +102,9 @@ global(PyObject *key)
  * change to it (a global rebound by `arm`, `use_tally`, `reseed_ids`, a swapped clock...)
  * drops the whole cache. Python 3.12+ says so through a dict watcher; before, the dict's
  * version tag (PEP 509) changes with every change. */
-enum { G_LOCAL, G_CLOCK, G_IDS, G_TALLY, G_BUFFER_CAP, N_CACHED };
-static PyObject **cached_keys[N_CACHED] = {&s_local, &s_clock, &s_ids, &s_tally, &s_buffer_cap};
+enum { G_LOCAL, G_CLOCK, G_IDS, G_TALLY, G_BUFFER_CAP, G_PACK_AT, G_ON_FULL, N_CACHED };
+static PyObject **cached_keys[N_CACHED] = {&s_local, &s_clock, &s_ids, &s_tally, &s_buffer_cap,
+                                           &s_pack_at, &s_on_full};
 static PyObject *cached[N_CACHED];  /* borrowed from the namespace while the cache is valid */
 #if PY_VERSION_HEX < 0x030C0000
 static uint64_t cache_version;
@@ -472,29 +474,61 @@ pop_frame(PyObject *self)
     return result;
 }
 
-/* len(sink) < buffer_cap */
+/* n < limit, for the recorder's global `which` (Python's comparison where it is not an int) */
 static int
-has_room(PyObject *sink)
+below(Py_ssize_t n, int which)
 {
-    Py_ssize_t n = PyObject_Size(sink);
-    if (n < 0)
-        return -1;
-    PyObject *cap = hot_global(G_BUFFER_CAP);
-    if (cap == NULL)
+    PyObject *limit = hot_global(which);
+    if (limit == NULL)
         return -1;
     int result;
-    if (PyLong_CheckExact(cap)) {
+    if (PyLong_CheckExact(limit)) {
         int overflow;
-        long long c = PyLong_AsLongLongAndOverflow(cap, &overflow);
+        long long c = PyLong_AsLongLongAndOverflow(limit, &overflow);
         result = overflow ? overflow > 0 : (c == -1 && PyErr_Occurred()) ? -1 : n < c;
     }
     else {
         PyObject *len = PyLong_FromSsize_t(n);
-        result = len == NULL ? -1 : PyObject_RichCompareBool(len, cap, Py_LT);
+        result = len == NULL ? -1 : PyObject_RichCompareBool(len, limit, Py_LT);
         Py_XDECREF(len);
     }
-    Py_DECREF(cap);
+    Py_DECREF(limit);
     return result;
+}
+
+/* After an append to a sink that held `held` records: `if held >= pack_at > 0: on_full(sink)` */
+static int
+after_append(PyObject *sink, Py_ssize_t held)
+{
+    PyObject *at = hot_global(G_PACK_AT);
+    if (at == NULL)
+        return -1;
+    int due;
+    if (PyLong_CheckExact(at)) {  /* the common case: an int, 0 (never) where nothing packs */
+        int overflow;
+        long long c = PyLong_AsLongLongAndOverflow(at, &overflow);
+        due = overflow ? 0 : (c == -1 && PyErr_Occurred()) ? -1 : c > 0 && held >= c;
+    }
+    else {
+        PyObject *len = PyLong_FromSsize_t(held), *zero = PyLong_FromLong(0);
+        due = len == NULL || zero == NULL ? -1 : PyObject_RichCompareBool(len, at, Py_GE);
+        if (due == 1)
+            due = PyObject_RichCompareBool(at, zero, Py_GT);
+        Py_XDECREF(len);
+        Py_XDECREF(zero);
+    }
+    Py_DECREF(at);
+    if (due <= 0)
+        return due;
+    PyObject *hook = hot_global(G_ON_FULL);
+    if (hook == NULL)
+        return -1;
+    PyObject *r = PyObject_CallOneArg(hook, sink);
+    Py_DECREF(hook);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 /* Whether a record holds only ints, strs and None (no extra): such a tuple cannot be in a
@@ -563,7 +597,8 @@ timer_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     }
     if ((sink = get(tr, R_SINK)) == NULL)
         goto done;
-    int room = has_room(sink);
+    Py_ssize_t held = PyObject_Size(sink);
+    int room = held < 0 ? -1 : below(held, G_BUFFER_CAP);
     if (room < 0)
         goto done;
     if (room) {
@@ -586,6 +621,8 @@ timer_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
                 goto done;
             Py_DECREF(r);
         }
+        if (after_append(sink, held) < 0)
+            goto done;
     }
     else {  /* st.dropped += 1 */
         PyObject *dropped = get(st, S_DROPPED), *more = NULL;
@@ -1467,6 +1504,8 @@ PyInit__hotpath(void)
     INTERN(s_tally, "tally");
     INTERN(s_clock, "perf_counter_ns");
     INTERN(s_buffer_cap, "buffer_cap");
+    INTERN(s_pack_at, "pack_at");
+    INTERN(s_on_full, "on_full");
     INTERN(s_error_extra, "_error_extra");
     INTERN(s_gpu_opt_in, "_gpu_opt_in");
     INTERN(s_stack, "stack");

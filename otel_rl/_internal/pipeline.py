@@ -86,8 +86,9 @@ class Pipeline:
         #: buffer out in the relay's columns and sends what it packed as one batch.
         self.packs: Packer | None = None
         #: And between flushes too, every ~`PACK_RECORDS` records (`pack`), not held as tuples
-        #: until the flush: a relaying worker. A main process packs only at its flushes (fewer
-        #: wakes of its flusher, each taking the GIL from the training's threads).
+        #: until the flush: a relaying worker's flusher wakes to. A main process packs in the
+        #: thread whose block fills the buffer (`pack_full`, the recorder's `on_full`): no
+        #: wakes of its flusher, each taking the GIL from the training's threads.
         self.pack_between = False
         self._next_pack = 0.0
         self._packed_at = 0.0
@@ -158,6 +159,25 @@ class Pipeline:
                 PACK_RECORDS / max(rate, 1e-9), 2 * self._pack_interval, self.flush_interval))
             self._packed_at = now
             self._next_pack = now + self._pack_interval
+
+    def pack_full(self, sink: object) -> None:
+        """The recorder's `on_full`: a block's record left `sink` holding more than
+        `PACK_RECORDS` records; if it is this buffer, the recording thread lays them out now
+        (so they live ~1,000 records as tuples, under CPython's free list, and never count
+        towards a collection), unless a flush or pack is under way (it takes them) or the
+        pipeline is shutting down (its last flush takes them)."""
+        packs = self.packs
+        if (sink is not self.buffer or packs is None or self._stop
+                or not self._flush_lock.acquire(False)):
+            return
+        try:
+            records = self._take()
+            if records:
+                self._pack_into(packs, records)
+        except Exception as exc:  # never let a bug in export reach the training loop
+            self.stats.warn_once(f"pack-{type(exc).__name__}", f"packing failed: {exc!r}")
+        finally:
+            self._flush_lock.release()
 
     def _pack_into(self, packs: Packer, records: list[Record]) -> None:
         try:

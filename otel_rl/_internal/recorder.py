@@ -503,6 +503,11 @@ on_new_stack: Callable[[TimerStack], None] | None = None
 on_merge: Callable[[TimerNode, tuple[int, int]], None] | None = None
 #: Records beyond this many in a buffer are dropped (and counted); 0 while disarmed.
 buffer_cap = 0
+#: Called with the buffer by the block whose record leaves it holding more than `pack_at`
+#: records (0: never): a main process's pipeline lays them out there and then, in the thread
+#: that recorded them (`Pipeline.pack_full`). Set by `arm`, cleared by `disarm`.
+pack_at = 0
+on_full: Callable[[Any], None] | None = None
 #: What this process has recorded, kept where its parent can read it if it is killed: a
 #: relaying worker points this at a shared file mapping (`otel_rl._internal.tallyfile`).
 #: Slot 0: records appended outside a timed block (`tally_add`); slot 1: the first span id
@@ -540,6 +545,8 @@ class _State(TypedDict, total=False):
     _trace_ids: Callable[[], int]
     _random: Any
     buffer_cap: int
+    pack_at: int
+    on_full: Callable[[Any], None] | None
     on_new_stack: Callable[[TimerStack], None] | None
     on_merge: Callable[[TimerNode, tuple[int, int]], None] | None
     on_retire: Callable[[TimerStack, TimerNode], None] | None
@@ -562,15 +569,18 @@ def _assign(**values: Unpack[_State]) -> None:
 
 
 def arm(cap: int, new_stack_hook: Callable[[TimerStack], None] | None,
-        merge_hook: Callable[[TimerNode, tuple[int, int]], None] | None = None) -> None:
+        merge_hook: Callable[[TimerNode, tuple[int, int]], None] | None = None,
+        full_hook: Callable[[Any], None] | None = None, full_at: int = 0) -> None:
     """Record spans: stacks with a trace append records (up to `cap` per buffer), every new
-    stack goes to `new_stack_hook`, and merges of tagged roots to `merge_hook`."""
-    _assign(buffer_cap=cap, on_new_stack=new_stack_hook, on_merge=merge_hook)
+    stack goes to `new_stack_hook`, merges of tagged roots to `merge_hook`, and a buffer that
+    an append leaves holding more than `full_at` records (if not 0) to `full_hook`."""
+    _assign(buffer_cap=cap, on_new_stack=new_stack_hook, on_merge=merge_hook,
+            on_full=full_hook, pack_at=full_at if full_hook is not None else 0)
 
 
 def disarm() -> None:
     """Stop recording spans (aggregates go on)."""
-    _assign(buffer_cap=0, on_new_stack=None)
+    _assign(buffer_cap=0, on_new_stack=None, on_full=None, pack_at=0)
 
 
 def _register_stack(stack: TimerStack) -> None:
@@ -987,8 +997,11 @@ class hierarchical_timer:
         record = (self._sid, up._sid, self._name, start, end, st.tid, tr.trace_id,
                   None if exc_type is None else _error_extra(exc_type, exc, tb))
         sink = tr.sink
-        if len(sink) < buffer_cap:
+        held = len(sink)
+        if held < buffer_cap:
             sink.append(record)
+            if held >= pack_at > 0:
+                on_full(sink)  # type: ignore[misc]  # (set with pack_at)
         else:
             st.dropped += 1
 

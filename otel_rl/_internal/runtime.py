@@ -47,7 +47,7 @@ from otel_rl._internal.carrier import Carrier, Context
 from otel_rl._internal.config import CARRIED, Settings, resolve, run_folder
 from otel_rl._internal.ledger_hooks import ledger_metadata
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.pipeline import Pipeline
+from otel_rl._internal.pipeline import PACK_RECORDS, Pipeline
 from otel_rl._internal.record import OpenSpan, Record, make
 from otel_rl._internal.recorder import Base, OpenRoot, TimerStack, Trace
 from otel_rl._internal.shapes import TimersDict
@@ -163,9 +163,9 @@ class Runtime:
             # frames) lays its records out in the relay's columns between flushes
             # (`relay_columns.Packs`: a record's tuple lives ~1,000 records, not a flush
             # interval, and never ages in the GC's generations); a process whose windows take
-            # its records does so at its flushes only (its wakes between them bought nothing
-            # measurable: docs/DESIGN.md), and the windows place a packed batch by its
-            # columns, as a relayed one.
+            # its records does so in the thread whose block fills the buffer (`attach`: no
+            # wakes of its flusher), and the windows place a packed batch by its columns, as
+            # a relayed one.
             from otel_rl._internal.relay_columns import Packs
 
             self.pipeline.packs = Packs()
@@ -338,8 +338,10 @@ class Runtime:
             self.base = Base(self.trace, self.run_span_id, (), self.pid, run_stack.tid)
         for st in recorder.all_stacks():
             self.adopt(st, initial=True)
+        pipeline = self.pipeline
+        inline = pipeline.packs is not None and not pipeline.pack_between
         recorder.arm(self.settings.max_buffer if self.spans_on else 0, self.adopt,
-                     placement.on_merge)
+                     placement.on_merge, pipeline.pack_full if inline else None, PACK_RECORDS)
         if self.pipeline.sinks:
             self.pipeline.start()
 
