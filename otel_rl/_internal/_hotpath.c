@@ -4,10 +4,9 @@
  * It keeps no state of its own but the slot offsets of the recorder's classes: every module
  * global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`, `buffer_cap`,
  * `pack_at`, `on_full`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read
- * from the recorder's namespace, the seven read at every block through a cache dropped
- * whenever that namespace
- * changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a fork and
- * `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
+ * from the recorder's namespace, those read at every block through a cache dropped whenever
+ * that namespace changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a
+ * fork and `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
  * recorder's own classes are read and written through their slots; anything else through
  * ordinary attribute access (the same as the pure code, only slower). What the fast path does
  * not cover (keyword arguments, say) is handed to the pure function.
@@ -49,7 +48,8 @@ static PyObject *pure_init, *pure_exit;  /* what calls the fast path does not co
 static PyObject *one, *nano;   /* 1 and 1e-9 */
 static PyObject *deque_type, *deque_append;  /* collections.deque and its unbound append */
 static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
-    *s_buffer_cap, *s_pack_at, *s_on_full, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append, *s_get, *s_pop;
+    *s_buffer_cap, *s_pack_at, *s_on_full, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append,
+    *s_get, *s_pop;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
