@@ -115,10 +115,12 @@ def program(seed: int) -> Callable[[], None]:
 
 
 def run_on(path: bool, workload: Callable[[], None], *, cap: int = 10**6, full_at: int = 0,
-           tallied: bool = False, deterministic: bool = True) -> dict[str, Any]:
+           full_skip: int = 0, tallied: bool = False,
+           deterministic: bool = True) -> dict[str, Any]:
     """Run `workload` on one path with every stack in one trace; what the recorder holds.
     With `full_at`, a hook empties the buffer whenever an append leaves more in it (as a main
-    process's pipeline packs it), noting how many it found."""
+    process's pipeline packs it), noting how many it found and in which thread, except in the
+    thread `full_skip`."""
     recorder.reset_for_tests()
     assert recorder.use_accelerator(path) is path
     sink: list[Any] = []
@@ -139,11 +141,11 @@ def run_on(path: bool, workload: Callable[[], None], *, cap: int = 10**6, full_a
 
     def full(buffer: list[Any]) -> None:
         assert buffer is sink
-        fulls.append(len(buffer))
+        fulls.append((len(buffer), threading.current_thread().name))
         emptied.extend(buffer)
         buffer.clear()
 
-    recorder.arm(cap, join, None, full if full_at else None, full_at)
+    recorder.arm(cap, join, None, full if full_at else None, full_at, full_skip)
     stacks_before = recorder.all_stacks()
     for stack in stacks_before:
         join(stack)
@@ -197,9 +199,19 @@ def test_a_full_buffer_drops_and_counts_the_same_on_both_paths() -> None:
 def test_a_filling_buffer_calls_its_hook_alike_on_both_paths(full_at: int) -> None:
     pure = run_on(False, program(5), full_at=full_at)
     compiled = run_on(True, program(5), full_at=full_at)
-    assert pure["fulls"] and set(pure["fulls"]) == {full_at + 1}, pure["fulls"]
+    assert pure["fulls"] and {n for n, _ in pure["fulls"]} == {full_at + 1}, pure["fulls"]
     assert compiled == pure
     assert run_on(True, program(5))["records"] == pure["records"]  # the hook loses none
+
+
+def test_the_main_threads_blocks_never_call_the_hook_on_either_path() -> None:
+    main = threading.main_thread().ident or 0
+    pure = run_on(False, program(5), full_at=3, full_skip=main)
+    compiled = run_on(True, program(5), full_at=3, full_skip=main)
+    threads = {name for _, name in pure["fulls"]}
+    assert threads and "MainThread" not in threads, pure["fulls"]
+    assert compiled == pure
+    assert run_on(True, program(5))["records"] == pure["records"]
 
 
 def test_errors_carry_the_same_extra_on_both_paths() -> None:

@@ -2,7 +2,8 @@
 (`relay_columns.Packs`, `Pipeline.pack`; issue 19): the frame is byte for byte the one writing
 all of a flush's records at once gives, every record goes out once and the ledger counts it,
 and records held as tuples no longer make the worker's garbage collector run more often. A main
-process packs its records for its windows in the thread that recorded them.
+process packs its records for its windows in the thread that recorded them (never its main
+thread).
 """
 
 from __future__ import annotations
@@ -247,29 +248,42 @@ import time
 
 import otel_rl
 from otel_rl.timers import hierarchical_timer
-from otel_rl._internal import runtime
+from otel_rl._internal import recorder, runtime
+
+
+def loop(blocks):
+    for _ in range(blocks // 1000):  # ~20,000 blocks a second: a relaying worker packs ~20 times
+        for _ in range(1000):
+            with hierarchical_timer("step"):
+                pass
+        time.sleep(0.05)
 
 
 def time_blocks(out=None):
     rt = runtime.current()
     packers = set()
-    pack_full = rt.pipeline.pack_full
-    def spy(sink):  # (the recorder reads its hook when armed: this one is seen from now on)
-        packers.add(threading.current_thread().name)
-        pack_full(sink)
     if rt.relay_client is None:
-        from otel_rl._internal import recorder
+        pack_full = rt.pipeline.pack_full
+        def spy(sink):  # (seen by the hot path from the next block on)
+            packers.add(threading.current_thread().name)
+            pack_full(sink)
         recorder._assign(on_full=spy)
+        loop(5000)  # the main thread's blocks: held until a flush or another thread's block
+        main_held = len(rt.pipeline.buffer)
+    else:
+        main_held = -1
     gc.collect()
     before = gc.get_stats()[0]["collections"]
-    for _ in range(20):  # 20,000 blocks in ~1 s: a relaying worker packs ~20 times at this rate
-        for _ in range(1000):
-            with hierarchical_timer("step"):
-                pass
-        time.sleep(0.05)
+    if rt.relay_client is None:  # a thread of the program, as ML-Agents' trainer thread
+        thread = threading.Thread(target=loop, args=(20_000,), name="recorder")
+        thread.start()
+        thread.join()
+    else:
+        loop(20_000)
     collections = gc.get_stats()[0]["collections"] - before
-    seen = (rt.relay_client is not None, rt.pipeline.pack_between, len(rt.pipeline.buffer),
-            rt.pipeline.packs.count, collections, ",".join(sorted(packers)) or "-")
+    seen = (rt.relay_client is not None, rt.pipeline.pack_between, main_held,
+            len(rt.pipeline.buffer), rt.pipeline.packs.count, collections,
+            ",".join(sorted(packers)) or "-")
     if out is not None:
         out.put(seen)
     return seen
@@ -295,11 +309,13 @@ if __name__ == "__main__":
 def test_a_main_process_packs_its_records_in_the_thread_that_recorded_them(
         tmp_path: Any) -> None:
     """A main process under `auto` lays its records out in the relay's columns for its windows
-    in the thread whose block fills its buffer past `PACK_RECORDS` (its flusher does not wake
-    between flushes: each wake would take the GIL from the training's threads), so they never
-    wait as tuples for its flush and never make its garbage collector run more often; a
-    spawned worker of it, relaying the same blocks at the same rate, packs them by waking its
-    flusher. What the windows keep reaches the spans file, none lost."""
+    in the thread whose block fills its buffer past `PACK_RECORDS`, other than the main thread
+    (where Python runs signal handlers between any two bytecodes): its flusher does not wake
+    between flushes (each wake would take the GIL from the training's threads), and the records
+    never wait as tuples for its flush, so they never make its garbage collector run more
+    often. The main thread's own blocks leave theirs for such a block or the flush. A spawned
+    worker of it, relaying the same blocks at the same rate, packs them by waking its flusher.
+    What the windows keep reaches the spans file, none lost."""
     import os
     import subprocess
     import sys
@@ -315,14 +331,16 @@ def test_a_main_process_packs_its_records_in_the_thread_that_recorded_them(
                          env={**os.environ, "PYTHONPATH": str(repo)})
     assert out.returncode == 0, out.stderr[-2000:]
     fields = out.stdout.split()
-    keys = ("relays", "between", "held", "packed", "collections", "packers")
-    main = dict(zip(keys, fields[:6], strict=True))
-    worker = dict(zip(keys, fields[6:12], strict=True))
-    recorded, delivered, lost, threshold, exitcode = map(int, fields[12:17])
+    keys = ("relays", "between", "main_held", "held", "packed", "collections", "packers")
+    main = dict(zip(keys, fields[:7], strict=True))
+    worker = dict(zip(keys, fields[7:14], strict=True))
+    recorded, delivered, lost, threshold, exitcode = map(int, fields[14:19])
     assert main["relays"] == "False" and worker["relays"] == "True" and exitcode == 0
-    # The main process: no flusher wakes to pack, yet at most PACK_RECORDS records held.
-    assert main["between"] == "False" and main["packers"] == "MainThread", main
-    assert int(main["held"]) <= PACK_RECORDS and int(main["packed"]) >= 20_000 - PACK_RECORDS
+    # The main process: its main thread's 5,000 blocks held, then packed by the other thread's
+    # (no flusher wakes), at most PACK_RECORDS records held after it.
+    assert main["between"] == "False" and main["packers"] == "recorder", main
+    assert int(main["main_held"]) >= 5000, main
+    assert int(main["held"]) <= PACK_RECORDS and int(main["packed"]) >= 25_000 - PACK_RECORDS
     if threshold:  # held as tuples until the flush, they made ~20,000 / threshold collections
         assert int(main["collections"]) <= max(2, 20_000 // threshold // 4), main
     # The worker: its flusher packs (no hook in a relaying worker's recorder).

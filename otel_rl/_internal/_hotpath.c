@@ -3,7 +3,7 @@
  *
  * It keeps no state of its own but the slot offsets of the recorder's classes: every module
  * global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`, `buffer_cap`,
- * `pack_at`, `on_full`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read
+ * `pack_at`, `on_full`, `full_skip`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read
  * from the recorder's namespace, those read at every block through a cache dropped whenever
  * that namespace changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a
  * fork and `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
@@ -48,7 +48,7 @@ static PyObject *pure_init, *pure_exit;  /* what calls the fast path does not co
 static PyObject *one, *nano;   /* 1 and 1e-9 */
 static PyObject *deque_type, *deque_append;  /* collections.deque and its unbound append */
 static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
-    *s_buffer_cap, *s_pack_at, *s_on_full, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append,
+    *s_buffer_cap, *s_pack_at, *s_on_full, *s_full_skip, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append,
     *s_get, *s_pop;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -102,9 +102,11 @@ global(PyObject *key)
  * change to it (a global rebound by `arm`, `use_tally`, `reseed_ids`, a swapped clock...)
  * drops the whole cache. Python 3.12+ says so through a dict watcher; before, the dict's
  * version tag (PEP 509) changes with every change. */
-enum { G_LOCAL, G_CLOCK, G_IDS, G_TALLY, G_BUFFER_CAP, G_PACK_AT, G_ON_FULL, N_CACHED };
+enum {
+    G_LOCAL, G_CLOCK, G_IDS, G_TALLY, G_BUFFER_CAP, G_PACK_AT, G_ON_FULL, G_FULL_SKIP, N_CACHED
+};
 static PyObject **cached_keys[N_CACHED] = {&s_local, &s_clock, &s_ids, &s_tally, &s_buffer_cap,
-                                           &s_pack_at, &s_on_full};
+                                           &s_pack_at, &s_on_full, &s_full_skip};
 static PyObject *cached[N_CACHED];  /* borrowed from the namespace while the cache is valid */
 #if PY_VERSION_HEX < 0x030C0000
 static uint64_t cache_version;
@@ -496,7 +498,8 @@ below(Py_ssize_t n, int which)
     return result;
 }
 
-/* After an append to a sink that held `held` records: `if held >= pack_at > 0: on_full(sink)` */
+/* After an append to a sink that held `held` records:
+ * `if held >= pack_at > 0 and threading.get_ident() != full_skip: on_full(sink)` */
 static int
 after_append(PyObject *sink, Py_ssize_t held)
 {
@@ -518,6 +521,27 @@ after_append(PyObject *sink, Py_ssize_t held)
         Py_XDECREF(zero);
     }
     Py_DECREF(at);
+    if (due <= 0)
+        return due;
+    PyObject *skip = hot_global(G_FULL_SKIP);
+    if (skip == NULL)
+        return -1;
+    unsigned long me = PyThread_get_thread_ident();  /* what threading.get_ident() says */
+    if (PyLong_CheckExact(skip)) {
+        unsigned long other = PyLong_AsUnsignedLong(skip);
+        if (other == (unsigned long)-1 && PyErr_Occurred()) {  /* negative or too large */
+            PyErr_Clear();
+            due = 1;
+        }
+        else
+            due = me != other;
+    }
+    else {
+        PyObject *ident = PyLong_FromUnsignedLong(me);
+        due = ident == NULL ? -1 : PyObject_RichCompareBool(ident, skip, Py_NE);
+        Py_XDECREF(ident);
+    }
+    Py_DECREF(skip);
     if (due <= 0)
         return due;
     PyObject *hook = hot_global(G_ON_FULL);
@@ -1506,6 +1530,7 @@ PyInit__hotpath(void)
     INTERN(s_buffer_cap, "buffer_cap");
     INTERN(s_pack_at, "pack_at");
     INTERN(s_on_full, "on_full");
+    INTERN(s_full_skip, "full_skip");
     INTERN(s_error_extra, "_error_extra");
     INTERN(s_gpu_opt_in, "_gpu_opt_in");
     INTERN(s_stack, "stack");

@@ -162,10 +162,11 @@ class Pipeline:
 
     def pack_full(self, sink: object) -> None:
         """The recorder's `on_full`: a block's record left `sink` holding more than
-        `PACK_RECORDS` records; if it is this buffer, the recording thread lays them out now
-        (so they live ~1,000 records as tuples, under CPython's free list, and never count
-        towards a collection), unless a flush or pack is under way (it takes them) or the
-        pipeline is shutting down (its last flush takes them)."""
+        `PACK_RECORDS` records; if it is this buffer, the recording thread (never the main
+        thread: `recorder.full_skip`) lays them out now (so they live ~1,000 records as tuples,
+        under CPython's free list, and never count towards a collection), unless a flush or
+        pack is under way (it takes them) or the pipeline is shutting down (its last flush
+        takes them)."""
         packs = self.packs
         if (sink is not self.buffer or packs is None or self._stop
                 or not self._flush_lock.acquire(False)):

@@ -508,6 +508,10 @@ buffer_cap = 0
 #: that recorded them (`Pipeline.pack_full`). Set by `arm`, cleared by `disarm`.
 pack_at = 0
 on_full: Callable[[Any], None] | None = None
+#: The thread (its `threading.get_ident()`) whose blocks never call `on_full`: the main thread,
+#: where Python runs signal handlers between any two bytecodes (a SIGTERM's last flush, a
+#: KeyboardInterrupt), so that none can find records taken but not yet packed.
+full_skip = 0
 #: What this process has recorded, kept where its parent can read it if it is killed: a
 #: relaying worker points this at a shared file mapping (`otel_rl._internal.tallyfile`).
 #: Slot 0: records appended outside a timed block (`tally_add`); slot 1: the first span id
@@ -547,6 +551,7 @@ class _State(TypedDict, total=False):
     buffer_cap: int
     pack_at: int
     on_full: Callable[[Any], None] | None
+    full_skip: int
     on_new_stack: Callable[[TimerStack], None] | None
     on_merge: Callable[[TimerNode, tuple[int, int]], None] | None
     on_retire: Callable[[TimerStack, TimerNode], None] | None
@@ -570,12 +575,17 @@ def _assign(**values: Unpack[_State]) -> None:
 
 def arm(cap: int, new_stack_hook: Callable[[TimerStack], None] | None,
         merge_hook: Callable[[TimerNode, tuple[int, int]], None] | None = None,
-        full_hook: Callable[[Any], None] | None = None, full_at: int = 0) -> None:
+        full_hook: Callable[[Any], None] | None = None, full_at: int = 0,
+        full_skip: int | None = None) -> None:
     """Record spans: stacks with a trace append records (up to `cap` per buffer), every new
     stack goes to `new_stack_hook`, merges of tagged roots to `merge_hook`, and a buffer that
-    an append leaves holding more than `full_at` records (if not 0) to `full_hook`."""
+    an append leaves holding more than `full_at` records (if not 0) to `full_hook`, unless
+    the block is the `full_skip` thread's (default: the main thread's)."""
+    if full_skip is None:
+        full_skip = threading.main_thread().ident or 0
     _assign(buffer_cap=cap, on_new_stack=new_stack_hook, on_merge=merge_hook,
-            on_full=full_hook, pack_at=full_at if full_hook is not None else 0)
+            on_full=full_hook, pack_at=full_at if full_hook is not None else 0,
+            full_skip=full_skip)
 
 
 def disarm() -> None:
@@ -1000,7 +1010,7 @@ class hierarchical_timer:
         held = len(sink)
         if held < buffer_cap:
             sink.append(record)
-            if held >= pack_at > 0:
+            if held >= pack_at > 0 and threading.get_ident() != full_skip:
                 on_full(sink)  # type: ignore[misc]  # (set with pack_at)
         else:
             st.dropped += 1

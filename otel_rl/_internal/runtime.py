@@ -163,9 +163,10 @@ class Runtime:
             # frames) lays its records out in the relay's columns between flushes
             # (`relay_columns.Packs`: a record's tuple lives ~1,000 records, not a flush
             # interval, and never ages in the GC's generations); a process whose windows take
-            # its records does so in the thread whose block fills the buffer (`attach`: no
-            # wakes of its flusher), and the windows place a packed batch by its columns, as
-            # a relayed one.
+            # its records does so in the thread whose block fills the buffer, other than the
+            # main thread (`attach`: no wakes of its flusher; the main thread's records wait
+            # for such a block or the flush), and the windows place a packed batch by its
+            # columns, as a relayed one.
             from otel_rl._internal.relay_columns import Packs
 
             self.pipeline.packs = Packs()
