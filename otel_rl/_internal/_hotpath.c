@@ -3,8 +3,8 @@
  *
  * It keeps no state of its own but the slot offsets of the recorder's classes: every module
  * global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`, `buffer_cap`,
- * `pack_at`, `on_full`, `full_skip`, `_error_extra`, `_gpu_opt_in`, `TimerNode`, `thread_stack`) is read
- * from the recorder's namespace, those read at every block through a cache dropped whenever
+ * `pack_at`, `on_full`, `full_skip`, `_error_extra`, `_gpu_opt_in`, `TimerNode`,
+ * `thread_stack`) is read from the recorder's namespace, those read at every block through a cache dropped whenever
  * that namespace changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a
  * fork and `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
  * recorder's own classes are read and written through their slots; anything else through
@@ -48,8 +48,8 @@ static PyObject *pure_init, *pure_exit;  /* what calls the fast path does not co
 static PyObject *one, *nano;   /* 1 and 1e-9 */
 static PyObject *deque_type, *deque_append;  /* collections.deque and its unbound append */
 static PyObject *s_local, *s_thread_stack, *s_TimerNode, *s_ids, *s_tally, *s_clock,
-    *s_buffer_cap, *s_pack_at, *s_on_full, *s_full_skip, *s_error_extra, *s_gpu_opt_in, *s_stack, *s_append,
-    *s_get, *s_pop;
+    *s_buffer_cap, *s_pack_at, *s_on_full, *s_full_skip, *s_error_extra, *s_gpu_opt_in,
+    *s_stack, *s_append, *s_get, *s_pop;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -499,51 +499,25 @@ below(Py_ssize_t n, int which)
 }
 
 /* After an append to a sink that held `held` records:
- * `if held >= pack_at > 0 and threading.get_ident() != full_skip: on_full(sink)` */
+ * `if 0 < pack_at <= held and threading.get_ident() != full_skip: on_full(sink)` */
 static int
 after_append(PyObject *sink, Py_ssize_t held)
 {
-    PyObject *at = hot_global(G_PACK_AT);
-    if (at == NULL)
-        return -1;
-    int due;
-    if (PyLong_CheckExact(at)) {  /* the common case: an int, 0 (never) where nothing packs */
-        int overflow;
-        long long c = PyLong_AsLongLongAndOverflow(at, &overflow);
-        due = overflow ? 0 : (c == -1 && PyErr_Occurred()) ? -1 : c > 0 && held >= c;
-    }
-    else {
-        PyObject *len = PyLong_FromSsize_t(held), *zero = PyLong_FromLong(0);
-        due = len == NULL || zero == NULL ? -1 : PyObject_RichCompareBool(len, at, Py_GE);
-        if (due == 1)
-            due = PyObject_RichCompareBool(at, zero, Py_GT);
-        Py_XDECREF(len);
-        Py_XDECREF(zero);
-    }
-    Py_DECREF(at);
+    int due = below(0, G_PACK_AT);  /* 0 (never) where nothing packs: one read a block */
     if (due <= 0)
         return due;
+    if ((due = below(held, G_PACK_AT)) != 0)
+        return due < 0 ? -1 : 0;
     PyObject *skip = hot_global(G_FULL_SKIP);
     if (skip == NULL)
         return -1;
-    unsigned long me = PyThread_get_thread_ident();  /* what threading.get_ident() says */
-    if (PyLong_CheckExact(skip)) {
-        unsigned long other = PyLong_AsUnsignedLong(skip);
-        if (other == (unsigned long)-1 && PyErr_Occurred()) {  /* negative or too large */
-            PyErr_Clear();
-            due = 1;
-        }
-        else
-            due = me != other;
-    }
-    else {
-        PyObject *ident = PyLong_FromUnsignedLong(me);
-        due = ident == NULL ? -1 : PyObject_RichCompareBool(ident, skip, Py_NE);
-        Py_XDECREF(ident);
-    }
+    /* An int `arm` set; anything else (or out of range) is never this thread's ident. */
+    unsigned long other = PyLong_AsUnsignedLong(skip);
     Py_DECREF(skip);
-    if (due <= 0)
-        return due;
+    if (other == (unsigned long)-1 && PyErr_Occurred())
+        PyErr_Clear();
+    else if (other == PyThread_get_thread_ident())  /* what threading.get_ident() says */
+        return 0;
     PyObject *hook = hot_global(G_ON_FULL);
     if (hook == NULL)
         return -1;

@@ -150,11 +150,9 @@ class Pipeline:
             return
         with self._flush_lock:
             now = time.monotonic()
-            records = self._take()
-            if records:
-                self._pack_into(packs, records)
+            taken = self._pack_buffer(packs)
             # At most twice the last wait: a quiet moment does not put packing off to the flush.
-            rate = len(records) / max(now - self._packed_at, 1e-3)
+            rate = taken / max(now - self._packed_at, 1e-3)
             self._pack_interval = max(PACK_MIN_INTERVAL, min(
                 PACK_RECORDS / max(rate, 1e-9), 2 * self._pack_interval, self.flush_interval))
             self._packed_at = now
@@ -172,13 +170,18 @@ class Pipeline:
                 or not self._flush_lock.acquire(False)):
             return
         try:
-            records = self._take()
-            if records:
-                self._pack_into(packs, records)
+            self._pack_buffer(packs)
         except Exception as exc:  # never let a bug in export reach the training loop
             self.stats.warn_once(f"pack-{type(exc).__name__}", f"packing failed: {exc!r}")
         finally:
             self._flush_lock.release()
+
+    def _pack_buffer(self, packs: Packer) -> int:
+        """Lay out what the buffer holds now (the flush lock held); how many records."""
+        records = self._take()
+        if records:
+            self._pack_into(packs, records)
+        return len(records)
 
     def _pack_into(self, packs: Packer, records: list[Record]) -> None:
         try:

@@ -1010,7 +1010,7 @@ class hierarchical_timer:
         held = len(sink)
         if held < buffer_cap:
             sink.append(record)
-            if held >= pack_at > 0 and threading.get_ident() != full_skip:
+            if 0 < pack_at <= held and threading.get_ident() != full_skip:
                 on_full(sink)  # type: ignore[misc]  # (set with pack_at)
         else:
             st.dropped += 1

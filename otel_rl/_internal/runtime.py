@@ -343,8 +343,8 @@ class Runtime:
         inline = pipeline.packs is not None and not pipeline.pack_between
         recorder.arm(self.settings.max_buffer if self.spans_on else 0, self.adopt,
                      placement.on_merge, pipeline.pack_full if inline else None, PACK_RECORDS)
-        if self.pipeline.sinks:
-            self.pipeline.start()
+        if pipeline.sinks:
+            pipeline.start()
 
     def set_epoch_offset(self, offset_ns: int) -> None:
         """What turns record times (the recorder's clock) into Unix epoch ns, for this run and
