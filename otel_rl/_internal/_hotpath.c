@@ -4,12 +4,13 @@
  * It keeps no state of its own but the slot offsets of the recorder's classes: every module
  * global the pure code reads (`_local`, `_ids`, `tally`, `perf_counter_ns`, `buffer_cap`,
  * `pack_at`, `on_full`, `full_skip`, `_error_extra`, `_gpu_opt_in`, `TimerNode`,
- * `thread_stack`) is read from the recorder's namespace, those read at every block through a cache dropped whenever
- * that namespace changes (`hot_global`), so `arm`/`disarm`, `use_tally`, `reseed_ids` after a
- * fork and `otel_rl.testing`'s swapped clock and ids act on both paths alike. Objects of the
- * recorder's own classes are read and written through their slots; anything else through
- * ordinary attribute access (the same as the pure code, only slower). What the fast path does
- * not cover (keyword arguments, say) is handed to the pure function.
+ * `thread_stack`) is read from the recorder's namespace, those read at every block through a
+ * cache dropped whenever that namespace changes (`hot_global`), so `arm`/`disarm`,
+ * `use_tally`, `reseed_ids` after a fork and `otel_rl.testing`'s swapped clock and ids act on
+ * both paths alike. Objects of the recorder's own classes are read and written through their
+ * slots; anything else through ordinary attribute access (the same as the pure code, only
+ * slower). What the fast path does not cover (keyword arguments, say) is handed to the pure
+ * function.
  *
  * Built by setup.py as an optional extension: without a compiler otel_rl runs pure Python.
  * `tests/test_accel.py` drives both paths with the same workloads and compares everything.
