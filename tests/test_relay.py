@@ -109,3 +109,40 @@ def test_a_relayed_snapshot_arrives_with_its_trees_as_nodes() -> None:
     assert isinstance(got, TreeNode) and isinstance(inner, TreeNode)
     assert got == sent == inner
     assert got.children["update"].children["gradient"].total == 0.125
+
+
+def test_stop_reads_a_worker_that_connected_after_the_relay_thread_ended() -> None:
+    # A worker's last words can reach the socket once the relay's own thread has stopped;
+    # `stop` still reads them: it accepts the waiting connection and reads until its end.
+    snapshots: list[dict[str, Any]] = []
+    server = RelayServer(lambda batch: None, snapshots.append)
+    server._stop.set()
+    server._wake()
+    server._thread.join(5)
+    assert not server._thread.is_alive()
+    client = RelayClient(server.address, Stats())
+    client.send_snapshot({"pid": 42, "contributions": []})
+    client.shutdown(time.monotonic() + 1)
+    server.stop(time.monotonic() + 5)
+    assert snapshots == [{"pid": 42, "contributions": []}]
+
+
+def test_stop_reads_what_a_still_connected_worker_sent_last() -> None:
+    # A worker still connected when the run stops (it is exiting too) may have sent more
+    # since the relay's thread last looked: `stop` reads it before closing the connection.
+    snapshots: list[dict[str, Any]] = []
+    server = RelayServer(lambda batch: None, snapshots.append)
+    client = RelayClient(server.address, Stats())
+    client.send_snapshot({"pid": 1, "contributions": []})
+    deadline = time.monotonic() + 10
+    while not snapshots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server._stop.set()
+    server._wake()
+    server._thread.join(5)
+    client.send_snapshot({"pid": 2, "contributions": []})
+    try:
+        server.stop(time.monotonic() + 5)
+    finally:
+        client.shutdown(time.monotonic() + 1)
+    assert [snap["pid"] for snap in snapshots] == [1, 2]
