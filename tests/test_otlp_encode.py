@@ -8,7 +8,9 @@ import json
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_rl._internal.otlp.records import Batch, JsonEncoder, encode_batches
+from otel_rl._internal import semconv
+from otel_rl._internal.otlp.records import Batch, JsonEncoder, _json_span, encode_batches
+from otel_rl._internal.record import STARTER_ENDED
 from otel_rl._internal.readers.otlp_json import parse_spans_text
 from tests.fixtures.otlp_receiver import request_spans
 
@@ -21,6 +23,9 @@ RECORDS = [
     (0x3333333333333333, 0, "sampled", 4_000, 9_000, 88, TRACE + 1,
      {"link": (TRACE, 0x1111111111111111), "sampled": "outlier",
       "attrs": {"neg": -5, "big": 2**62, "f": 1.5, "b": True, "s": "x", "arr": [1, 2]}}),
+    # The shared extra of a span whose starter ended (written from cached pieces).
+    (0x4444444444444444, 0x1111111111111111, "ended", 2_000, 2_500, 88, TRACE, STARTER_ENDED),
+    (0x5555555555555555, 0, "ended \"root\" é", 2_600, 2_700, 77, TRACE, STARTER_ENDED),
 ]
 BATCHES = [Batch({"service.name": "svc", "process.pid": 4242}, 10**18, RECORDS,
                  {77: "MainThread", 88: "worker-1"})]
@@ -56,6 +61,7 @@ def test_json_lines_say_what_the_protobuf_says() -> None:
     assert len(from_json) == len(RECORDS)
     assert from_json == from_proto
     assert from_json[2].is_error and from_json[3].links == [(f"{TRACE:032x}", "1111111111111111")]
+    assert [s.attributes.get(semconv.STARTER_ENDED) for s in from_json[4:]] == [True, True]
     raw = json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]
     assert raw[0]["spanId"] == "00f067aa0ba902b7" and raw[0]["startTimeUnixNano"] == str(10**18 + 1_000)
 
@@ -65,3 +71,18 @@ def test_long_span_bodies_get_multi_byte_lengths(n: int) -> None:
     record = (1, 0, "x" * n, 0, 1, 1, TRACE, None)
     request = ExportTraceServiceRequest.FromString(encode_batches([Batch({}, 0, [record])]))
     assert request.resource_spans[0].scope_spans[0].spans[0].name == "x" * n
+
+
+@pytest.mark.parametrize("psid", [0, 0x1111111111111111])
+def test_a_starter_ended_span_from_cached_pieces_is_the_general_paths_span(psid: int) -> None:
+    # The same span, as JSON, whether its shared extra takes the cached pieces (the first
+    # time: pieces made; the second: pieces reused) or the general path for any extra.
+    encoder = JsonEncoder()
+    names = {88: "learner \ud800 \"x\""}
+    for name in ("trainer_advance", "ünï \"q\" <n>", "trainer_advance"):
+        record = (0x4444444444444444, psid, name, 2_000, 2_500, 88, TRACE, STARTER_ENDED)
+        fast = encoder.span(record, 10**18, names)
+        assert json.loads(fast) == json.loads(json.dumps(_json_span(record, 10**18, names),
+                                                         separators=(",", ":")))
+        plain = encoder.span((*record[:7], None), 10**18, names)
+        assert json.loads(plain)["attributes"] == json.loads(fast)["attributes"][:2]

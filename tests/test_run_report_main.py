@@ -25,8 +25,9 @@ from otel_rl.renderers import html
 REPO = Path(__file__).resolve().parents[1]
 
 #: Two spawn workers (their spans relayed), a thread whose name JSON cannot spell as it is (a
-#: lone surrogate: the reader makes it U+FFFD), blocks that raise (spans with an error), names
-#: outside ASCII, windows of 0.2 s all kept.
+#: lone surrogate: the reader makes it U+FFFD) started by a block that ends at once (its spans
+#: in later windows are marked: their starter ended), blocks that raise (spans with an error),
+#: names outside ASCII, windows of 0.2 s all kept.
 PROGRAM = '''
 import multiprocessing as mp, sys, threading, time
 from otel_rl.timers import hierarchical_timer
@@ -43,7 +44,7 @@ def learner(n):
     for i in range(n):
         with hierarchical_timer("learner_step"):
             if i % 50 == 0:
-                time.sleep(0.0005)
+                time.sleep(25 / n)  # 0.5 s in all: alive across windows
 
 if __name__ == "__main__":
     n = int(sys.argv[1])
@@ -52,7 +53,8 @@ if __name__ == "__main__":
         for p in workers:
             p.start()
         thread = threading.Thread(target=learner, args=(n,), name="learner \\ud800 é")
-        thread.start()
+        with hierarchical_timer("start learner"):  # ends at once: its spans' starter ended
+            thread.start()
         for i in range(n):
             with hierarchical_timer("step \\u2603"):
                 pass
@@ -118,9 +120,11 @@ def test_the_main_process_wrote_the_page_the_launcher_writes(run: Path, tmp_path
     many = sum(s.attributes.get("otel_rl.kind") != "aggregate" for s in spans)
     side = Path(timeline_side.side_path(run / "spans.otlp.jsonl"))
     assert side.exists() == (many > html.MAX_TIMELINE_SPANS)
-    # What the timeline has to show: every process, the odd thread name, errors.
+    # What the timeline has to show: every process, the odd thread name, errors, spans whose
+    # starter ended.
     assert len({s.resource["process.pid"] for s in spans}) == 3
     assert any(s.is_error for s in spans)
+    assert any(s.attributes.get("otel_rl.starter_ended") for s in spans)
     assert any("\ufffd" in str(s.attributes.get("thread.name", "")) for s in spans)
     assert runreport.is_current(str(run))  # the main process's page, taken by the launcher
     page = (run / "report.html").read_text(encoding="utf-8")

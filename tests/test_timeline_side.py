@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl._internal import semconv, timeline_side
+from otel_rl._internal import runreport, semconv, timeline_side
 from otel_rl._internal.otlp.records import Batch
 from otel_rl._internal.readers import timeline
 from otel_rl._internal.readers.boundary import DEFAULT_LIMITS
-from otel_rl._internal.record import Record
+from otel_rl._internal.record import STARTER_ENDED, Record
 from otel_rl._internal.sinks.base import Stats
 from otel_rl._internal.sinks.file import FileSink
 from otel_rl._internal.tree import Tree
@@ -28,8 +28,8 @@ OFFSET = 1_790_000_000_000_000_000
 
 def _batches(n: int, seed: int = 1) -> list[Batch]:
     """`n` records in batches of two processes: plain blocks with long-tailed durations and
-    many ties (equal durations, equal starts), blocks with errors, attributes and links, and
-    aggregate spans (which the timeline leaves out)."""
+    many ties (equal durations, equal starts), blocks with errors, attributes and links, blocks
+    whose starter ended, and aggregate spans (which the timeline leaves out)."""
     rng = random.Random(seed)
     resources = [{semconv.SERVICE_NAME: "train", semconv.PROCESS_PID: pid} for pid in (11, 12)]
     batches = []
@@ -48,6 +48,8 @@ def _batches(n: int, seed: int = 1) -> list[Batch]:
                 extra = {"attrs": {semconv.KIND: semconv.KIND_AGGREGATE}}
             elif pick < 0.06:
                 extra = {"attrs": {"x": 1.5}, "link": (5, 6)}
+            elif pick < 0.2:
+                extra = STARTER_ENDED  # (the shared extra the windows give, written fast)
             records.append((rng.getrandbits(64), rng.getrandbits(64) if rng.random() < 0.9 else 0,
                             f"block{rng.randint(0, 30)}", t, t + duration, rng.choice((7, 8)),
                             rng.getrandbits(128), extra))
@@ -99,6 +101,20 @@ def test_the_side_file_holds_what_a_full_read_chooses(tmp_path: Path) -> None:
         assert html.render(_tree(), fast, max_spans=cap) == html.render(_tree(), full,
                                                                          max_spans=cap)
     assert timeline._from_side(path, timeline_side.CAP + 1, DEFAULT_LIMITS) is None
+
+
+def test_the_writers_kept_spans_make_the_timeline_a_full_read_makes(tmp_path: Path) -> None:
+    # What report.html's main process draws (`runreport`, from the spans the sink kept as it
+    # wrote them): span for span, attributes included, what a read of the whole file gives.
+    path = tmp_path / "spans.otlp.jsonl"
+    sink = _write(path, _batches(12_000, seed=3))
+    sink.shutdown(float("inf"))
+    kept = sink.timeline_spans()
+    assert kept is not None
+    drawn, full = runreport._sample(*kept), _full(path, timeline_side.CAP)
+    assert drawn is not None and list(drawn) == list(full) and drawn.total == full.total
+    assert any(s.attributes.get(semconv.STARTER_ENDED) for s in drawn)
+    assert html.render(_tree(), drawn) == html.render(_tree(), full)
 
 
 def test_a_side_file_that_no_longer_describes_the_spans_file_is_not_used(

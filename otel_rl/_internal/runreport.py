@@ -13,9 +13,11 @@ finds the page current (`is_current`) and has nothing to do.
 The page is the one the launcher would write: each distinct (name, thread, resource) of the
 timeline's spans is converted through the reader itself (spelled as the file spells it,
 parsed and checked by the input boundary); the spans that share it differ only in their ids
-and times, which are made as the reader makes them. A span with an extra (attributes, an
-error, a link) goes through the reader whole. Anything the reader would refuse, or that is
-not exactly this process's file, leaves the page to the launcher, as before.
+and times, which are made as the reader makes them (spans whose extra is the shared
+`record.STARTER_ENDED` share one such conversion too). A span with any other extra
+(attributes, an error, a link) goes through the reader whole. Anything the reader would
+refuse, or that is not exactly this process's file, leaves the page to the launcher, as
+before.
 
 A stamp beside the page (`STAMP`) holds the size and modification time (ns) of the page and
 of the timers.json and spans file it was drawn from; the launcher takes the page as current
@@ -134,13 +136,15 @@ def _sample(items: list[Any], total: int) -> Any:
     from otel_rl._internal.readers.boundary import DEFAULT_LIMITS, MAX_TIME_NS, parse_json
     from otel_rl._internal.readers.otlp_json import resource_of, span_from_json
     from otel_rl._internal.readers.timeline import TimelineSample
+    from otel_rl._internal.record import STARTER_ENDED
     from otel_rl._internal.spandata import SpanData
 
     if total > DEFAULT_LIMITS.max_spans:
         return None  # (the reader refuses the file)
     encoder = JsonEncoder()
     resources: dict[str, dict[str, Any]] = {}
-    #: (name, thread id, thread name, resource JSON) -> a span of them, as the reader made it
+    #: (name, thread id, thread name, resource JSON, starter ended) -> a span of them, as the
+    #: reader made it
     read: dict[tuple[Any, ...], SpanData] = {}
 
     def through_reader(record: Any, offset: int, thread_name: str,
@@ -159,11 +163,13 @@ def _sample(items: list[Any], total: int) -> Any:
             sid, psid, name, start, end, tid, trace_id, extra = record
             start += offset
             end += offset
-            if (extra or not 0 < sid < _ID64 or not 0 <= psid < _ID64
+            if ((extra and extra is not STARTER_ENDED)
+                    or not 0 < sid < _ID64 or not 0 <= psid < _ID64
                     or not 0 < trace_id < _ID128 or not 0 <= start <= end <= MAX_TIME_NS):
                 append(through_reader(record, offset, thread_name, resource))
                 continue
-            key = (name, tid, thread_name, resource_json)
+            # (The shared STARTER_ENDED extra: one attribute more, the same for all of them.)
+            key = (name, tid, thread_name, resource_json, extra is not None)
             like = read.get(key)
             if like is None:
                 like = read[key] = through_reader(record, offset, thread_name, resource)

@@ -19,7 +19,17 @@ from typing import Any
 from otel_rl._internal import semconv
 from otel_rl._internal.aggregates import derive_trace_id
 from otel_rl._internal.otlp.records import Batch
-from otel_rl._internal.record import END, EXTRA, NAME, SPAN_ID, START, OpenSpan, Record, make
+from otel_rl._internal.record import (
+    END,
+    EXTRA,
+    NAME,
+    SPAN_ID,
+    START,
+    STARTER_ENDED,
+    OpenSpan,
+    Record,
+    make,
+)
 from otel_rl._internal.windows_bulk import OWN_BULK, BulkWindows, beyond, with_columns
 
 _MASK64 = (1 << 64) - 1
@@ -205,17 +215,11 @@ class _Window:
         return held - self.held()
 
 
-#: The extra of a span with none of its own whose starter ended: one for all of them (extras
-#: are never changed in place), not two dicts a span in the kept windows of a thread started
-#: by a block that ended at once (ML-Agents' trainer threads).
-_STARTER_ENDED = {"attrs": {semconv.STARTER_ENDED: True}}
-
-
 def _starter_ended(extra: Any) -> Any:
     """`extra` marked: the block that started this span's thread or process ended before the
     window (the span hangs under the window span instead)."""
     if not extra:
-        return _STARTER_ENDED
+        return STARTER_ENDED  # (one for all: not two dicts a span)
     return {**extra, "attrs": {**(extra.get("attrs") or {}), semconv.STARTER_ENDED: True}}
 
 

@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from otel_rl._internal import semconv
-from otel_rl._internal.record import BlockSpan, Record, block_span, thread_attributes
+from otel_rl._internal.record import (
+    STARTER_ENDED,
+    BlockSpan,
+    Extra,
+    Record,
+    block_span,
+    thread_attributes,
+)
 from otel_rl._internal.shapes import Attributes, AttributeValue
 
 KIND_INTERNAL = 1
@@ -250,20 +257,25 @@ class JsonEncoder:
 
     def __init__(self) -> None:
         #: (name, thread id, thread name) -> the span's text from its name to its start time's
-        #: opening quote; trace id -> the text up to its span id's.
+        #: opening quote (its attributes: its thread's); `ended`, the same for a span whose
+        #: extra is `record.STARTER_ENDED` (its thread's attributes, then that one); trace id
+        #: -> the text up to its span id's.
         self.names: dict[tuple[str, int, str], str] = {}
+        self.ended: dict[tuple[str, int, str], str] = {}
         self.traces: dict[int, str] = {}
 
-    def _name_thread(self, name: str, tid: int, tname: str) -> str:
+    def _name_thread(self, name: str, tid: int, tname: str,
+                     extra: Extra | None = None) -> str:
         key = (name, tid, tname)
-        cached = self.names.get(key)
+        labels = self.ended if extra else self.names
+        cached = labels.get(key)
         if cached is None:
-            if len(self.names) > 65536:
-                self.names.clear()
-            attrs = json.dumps(json_attributes(thread_attributes(tid, tname)),
+            if len(labels) > 65536:
+                labels.clear()
+            attrs = json.dumps(json_attributes(block_span(tid, tname, extra).attributes),
                                separators=(",", ":"))
-            cached = self.names[key] = (f'","name":{json.dumps(name)},"kind":1,'
-                                        f'"attributes":{attrs},"startTimeUnixNano":"')
+            cached = labels[key] = (f'","name":{json.dumps(name)},"kind":1,'
+                                    f'"attributes":{attrs},"startTimeUnixNano":"')
         return cached
 
     def _trace(self, trace_id: int) -> str:
@@ -279,22 +291,26 @@ class JsonEncoder:
 
     def spans(self, records: Iterable[Record], offset: int,
               thread_names: Mapping[int, str]) -> list[str]:
-        """Each record's span as OTLP/JSON: the common record (no extra) from cached pieces
-        in one loop over local names (most of what writing the spans file costs), one with
-        an extra through `_json_span`."""
-        names, traces = self.names, self.traces
+        """Each record's span as OTLP/JSON: the common record (no extra, or the shared
+        `STARTER_ENDED`) from cached pieces in one loop over local names (most of what
+        writing the spans file costs), one with any other extra through `_json_span`."""
+        names, ended, traces = self.names, self.ended, self.traces
         tname_of = thread_names.get
         out: list[str] = []
         append = out.append
         for record in records:
             sid, psid, name, start, end, tid, trace_id, extra = record
             if extra:
-                append(json.dumps(_json_span(record, offset, thread_names),
-                                  separators=(",", ":")))
-                continue
+                if extra is not STARTER_ENDED:
+                    append(json.dumps(_json_span(record, offset, thread_names),
+                                      separators=(",", ":")))
+                    continue
+                labels = ended
+            else:
+                labels = names
             head = traces.get(trace_id) or self._trace(trace_id)
             tname = tname_of(tid, "")
-            label = names.get((name, tid, tname)) or self._name_thread(name, tid, tname)
+            label = labels.get((name, tid, tname)) or self._name_thread(name, tid, tname, extra)
             append(f'{head}{sid:016x}","parentSpanId":"{psid:016x}{label}{start + offset}'
                    f'","endTimeUnixNano":"{end + offset}","status":{{}}}}' if psid else
                    f'{head}{sid:016x}","parentSpanId":"{label}{start + offset}'
