@@ -10,8 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_rl._internal import semconv
 from otel_rl._internal.otlp.records import Batch, JsonEncoder, _json_span, encode_batches
-from otel_rl._internal.record import STARTER_ENDED
 from otel_rl._internal.readers.otlp_json import parse_spans_text
+from otel_rl._internal.record import STARTER_ENDED
 from tests.fixtures.otlp_receiver import request_spans
 
 TRACE = 0x0AF7651916CD43DD8448EB211C80319C
