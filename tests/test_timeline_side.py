@@ -117,6 +117,18 @@ def test_the_writers_kept_spans_make_the_timeline_a_full_read_makes(tmp_path: Pa
     assert html.render(_tree(), drawn) == html.render(_tree(), full)
 
 
+def test_spans_of_one_name_share_a_conversion_only_with_the_same_extra() -> None:
+    # report.html converts one span of each (name, thread, resource) through the reader and
+    # makes the others like it: a starter-ended span, one with an empty extra and one with
+    # none keep their own attributes.
+    resource = '{"attributes":[{"key":"service.name","value":{"stringValue":"s"}}]}'
+    items = [((sid, 2, "a", 10, 10 + sid, 5, 9, extra), OFFSET, "T", resource)
+             for sid, extra in ((1, STARTER_ENDED), (2, {}), (3, None), (4, STARTER_ENDED))]
+    drawn = runreport._sample(items, len(items))
+    assert [s.attributes.get(semconv.STARTER_ENDED) for s in drawn] == [True, None, None, True]
+    assert all(s.attributes[semconv.THREAD_NAME] == "T" for s in drawn)
+
+
 def test_a_side_file_that_no_longer_describes_the_spans_file_is_not_used(
         tmp_path: Path) -> None:
     path = tmp_path / "spans.otlp.jsonl"

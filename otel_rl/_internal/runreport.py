@@ -169,7 +169,7 @@ def _sample(items: list[Any], total: int) -> Any:
                 append(through_reader(record, offset, thread_name, resource))
                 continue
             # (The shared STARTER_ENDED extra: one attribute more, the same for all of them.)
-            key = (name, tid, thread_name, resource_json, extra is not None)
+            key = (name, tid, thread_name, resource_json, extra is STARTER_ENDED)
             like = read.get(key)
             if like is None:
                 like = read[key] = through_reader(record, offset, thread_name, resource)
