@@ -332,11 +332,14 @@ def test_bulk_windows_equal_record_by_record_in_a_real_run(tmp_path: Path) -> No
     """Two spawned rollout workers, a learner thread and the main thread (the long-run
     workload) with small windows; every flush of the main process's windows is compared.
     The windows are short enough for a fast run (the compiled Timing runs the workers' 40,000
-    blocks each in well under a second) to span several scheduled windows and flushes."""
+    blocks each in well under a second) to span several scheduled windows and flushes, and
+    the workers go on for half a second at least (`min_s`): the flushes happen while the run
+    does, not only as it ends."""
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.windows_shadow", str(report), "sf", str(tmp_path / "run"),
-         "n=40000", "workers=2", "window=0.04", "sample_every=3", "flush_interval=0.05"],
+         "n=40000", "workers=2", "min_s=0.5", "window=0.04", "sample_every=3",
+         "flush_interval=0.05"],
         cwd=REPO, capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
