@@ -60,7 +60,8 @@ FIELDS: Final = ("span_id", "parent_id", "name", "start_ns", "end_ns", "thread_i
 #: started its thread or process ended before its window, so it hangs under the window span).
 #: One object for all of them, never changed in place: in ML-Agents' kept windows a quarter of
 #: the spans carry it (its trainer thread is started by a block that ends at once), and the
-#: encoders and report.html know it by identity and write it as fast as a span without one.
+#: OTLP/JSON encoder and report.html know it by identity and write it as fast as a span
+#: without one (the protobuf encoder's general path for extras is cheap already).
 STARTER_ENDED: Final[Extra] = {"attrs": {semconv.STARTER_ENDED: True}}
 
 
