@@ -384,6 +384,42 @@ def test_an_outlier_needs_twenty_durations_before_it_in_bulk_as_one_by_one(
     assert kept[0] == kept[1] == ("outlier" if before >= 20 else None)
 
 
+def test_a_block_continued_while_open_gets_no_second_continuation_when_its_record_comes() -> None:
+    # Worker 5's block B starts in window 1 and is still open when window 2 (kept) closes: it
+    # is continued there. A batch of the worker's other records comes next, then B's own
+    # record: window 2 holds B's continuation once, in bulk as record by record.
+    b_sid, pid = 1 << 41, 5
+    b_start = T0 + 1_500_000_000
+    results = []
+    for bulk in (True, False):
+        opened: list[OpenSpan] = []
+        w = Windower(run_id="run-cont", t0_ns=T0, window_s=1.0, every=2,
+                     budget=lambda: 1000, main=True, run_span=(0xABC, 0x123), lag_s=1.5,
+                     own=Batch({semconv.PROCESS_PID: 1}, 0, []),
+                     open_blocks=lambda opened=opened: list(opened))
+        w.bulk = bulk
+
+        def batch(*records: Any) -> Batch:
+            return relayed(Batch({semconv.PROCESS_PID: pid}, 0, list(records), {9: "main"}))
+
+        def step(i: int, at: int) -> Any:
+            return (b_sid + 1 + i, b_sid, "step", at, at + 1_000_000, 9, 0xFEED, None)
+
+        out = w.process([batch(step(0, T0 + 100_000_000))], T0 + 500_000_000)
+        opened.append(OpenSpan(pid, b_sid, 0, "B", b_start, 9))
+        out += w.process([batch(step(1, b_start + 10))], T0 + 5 * SECOND)  # closes window 2
+        out += w.process([batch(step(2, T0 + 4_200_000_000))], T0 + 5_500_000_000)
+        opened.clear()
+        out += w.process([batch((b_sid, 0, "B", b_start, T0 + 5_600_000_000, 9, 0xFEED, None))],
+                         T0 + 6 * SECOND)
+        out += w.process([], T0 + 12 * SECOND, final=True)
+        records = [r for b in out for r in b.records]
+        in_two = [r for r in records if r[2] == "B" and r[TRACE_ID] == w.trace_id(2)]
+        assert len(in_two) == 1 and in_two[0][EXTRA]["attrs"][semconv.CONTINUATION]
+        results.append(records)
+    assert results[0] == results[1]
+
+
 @pytest.mark.parametrize("size", [50, 600])  # (many positions are taken column by column)
 def test_relayed_records_are_made_on_first_need_and_equal_the_records_sent(size: int) -> None:
     rng = random.Random(5)
