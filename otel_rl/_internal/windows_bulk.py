@@ -9,8 +9,9 @@ process tree in the real Sample Factory run. Here the same decisions are made pe
 ML-Agents run's main process records most of its blocks itself):
 
 - every record's window index, from the start/end columns (numpy);
-- the outlier statistics (per block name: count, sum, sum of squares, exact integers) and each
-  record's verdict, from prefix sums over the records of each name, in arrival order;
+- the outlier statistics (per block name: count, sum, sum of squares, exact integers; each
+  name's totals one reduction per batch) and each record's verdict, from prefix sums over the
+  records of each name that has a block as long as `outlier_min`, in arrival order;
 - runs of plain records (no pass-through kind, in one open window, ending in it, no outlier)
   go to their windows as a whole: a ring keeps positions into the batch (`_Window.add_chunk`)
   and makes items only if the window is kept; a scheduled (or outlier) window takes the ones
