@@ -89,8 +89,8 @@ def _chunk(window: Any, key: Any, records: Sequence[Record], idx: Any, s: Any, e
         window.add_chunk(key, _pick(records, idx), None, s, e)
 
 
-def _outliers(n0: int, total0: int, squares0: int, d: Any, sums: Any, squares: Any,
-              floor: int, where: Any, out: Any, np: Any) -> None:
+def _outliers(np: Any, n0: int, total0: int, squares0: int, d: Any, sums: Any, squares: Any,
+              floor: int, where: Any, out: Any) -> None:
     """Set `out[where[j]]` for each of one name's durations `d` (in arrival order, with their
     prefix sums and prefix sums of squares) that is an outlier by the `n0` durations before
     the batch (summing to `total0`, their squares to `squares0`) and those before it here."""
@@ -214,8 +214,8 @@ class BulkWindows:
             a, b = bounds[i], bounds[i + 1]
             if n0 + b - a > 20 and longest[i] >= floor:  # (a name with a long block in it)
                 part = d[a:b]
-                _outliers(n0, total0, squares0, part, np.cumsum(part),
-                          np.cumsum(squared[a:b]), floor, where[a:b], out, np)
+                _outliers(np, n0, total0, squares0, part, np.cumsum(part),
+                          np.cumsum(squared[a:b]), floor, where[a:b], out)
             state[0], state[1], state[2] = n0 + b - a, total0 + sums[i], squares0 + squares[i]
 
     def _verdicts_exact(self: Any, np: Any, names: list[str], bounds: list[int], where: Any,
@@ -236,7 +236,7 @@ class BulkWindows:
             sums = np.cumsum(part)
             squares = np.cumsum(part * part)
             if n0 + b - a > 20:
-                _outliers(n0, total0, squares0, part, sums, squares, floor, where[a:b], out, np)
+                _outliers(np, n0, total0, squares0, part, sums, squares, floor, where[a:b], out)
             state[0], state[1], state[2] = (n0 + b - a, total0 + int(sums[-1]),
                                             squares0 + int(squares[-1]))
 
