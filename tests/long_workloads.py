@@ -11,7 +11,8 @@
 
 Settings come from ``key=value`` arguments (ints and floats converted) passed to
 `otel_rl.configure`; ``n``/``workers`` size the workload, ``min_s`` is the least time the
-``sf`` rollout workers run.
+``sf`` rollout workers run and ``rest_s`` how long they sleep between blocks past their ``n``th
+(0: they go on at full speed).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from otel_rl.timers import hierarchical_timer, set_gauge
 from otel_rl.timing import Timing
 
 
-def rollout(n: int, start: Any, min_s: float) -> None:
+def rollout(n: int, start: Any, min_s: float, rest_s: float = 0.0) -> None:
     timing = Timing()
     start.wait(60)  # every rollout worker (and the main process) starts at once
     until = time.monotonic() + min_s
     i = 0
     while i < n or time.monotonic() < until:
+        if i >= n and rest_s:
+            time.sleep(rest_s)
         with timing.add_time("env_step"):
             pass
         if i % 8 == 0:
@@ -56,13 +59,14 @@ def learner(running: Any) -> None:
         i += 1
 
 
-def sf(n: int, workers: int, min_s: float) -> None:
+def sf(n: int, workers: int, min_s: float, rest_s: float = 0.0) -> None:
     """Rollout workers do `n` env steps each (and go on until `min_s` seconds have passed),
     started together once all of them are up; the learner thread and the main thread work
     alongside them until they are done, as in a real run."""
     ctx = mp.get_context("spawn")
     start = ctx.Barrier(workers + 1)
-    procs = [ctx.Process(target=rollout, args=(n, start, min_s)) for _ in range(workers)]
+    procs = [ctx.Process(target=rollout, args=(n, start, min_s, rest_s))
+             for _ in range(workers)]
     for p in procs:
         p.start()
 
@@ -136,6 +140,7 @@ def main(argv: list[str]) -> None:
     n = int(settings.pop("n", 50_000))
     workers = int(settings.pop("workers", 2))
     min_s = float(settings.pop("min_s", 0))
+    rest_s = float(settings.pop("rest_s", 0))
     if kind == "machine":
         import json
 
@@ -146,7 +151,7 @@ def main(argv: list[str]) -> None:
         os.environ["OTEL_RL_CONTEXT"] = json.dumps(context)
     otel_rl.configure(output_dir=out, **settings)
     if kind == "sf":
-        sf(n, workers, min_s)
+        sf(n, workers, min_s, rest_s)
     elif kind == "ml":
         ml(n)
     elif kind == "killed":

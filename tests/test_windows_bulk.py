@@ -333,12 +333,14 @@ def test_bulk_windows_equal_record_by_record_in_a_real_run(tmp_path: Path) -> No
     workload) with small windows; every flush of the main process's windows is compared.
     The windows are short enough for a fast run (the compiled Timing runs the workers' 40,000
     blocks each in well under a second) to span several scheduled windows and flushes, and
-    the workers go on for half a second at least (`min_s`): the flushes happen while the run
-    does, not only as it ends."""
+    the workers go on for a second at least (`min_s`), resting between blocks past their
+    40,000th (`rest_s`): the flushes happen while the run does, not only as it ends, and a
+    loaded machine's flusher is not given a run's worth of records at once (a run at full
+    speed for half a second gave two flushes of ~150,000 records beside another copy)."""
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.windows_shadow", str(report), "sf", str(tmp_path / "run"),
-         "n=40000", "workers=2", "min_s=0.5", "window=0.04", "sample_every=3",
+         "n=40000", "workers=2", "min_s=1.0", "rest_s=0.002", "window=0.04", "sample_every=3",
          "flush_interval=0.05"],
         cwd=REPO, capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": str(REPO)})
