@@ -89,6 +89,15 @@ def _chunk(window: Any, key: Any, records: Sequence[Record], idx: Any, s: Any, e
         window.add_chunk(key, _pick(records, idx), None, s, e)
 
 
+def _int64_sums(np: Any, d: Any) -> bool:
+    """Whether durations `d` are none negative and their squares' sum (so every prefix sum of
+    them or of their squares) is well inside int64."""
+    floats = d.astype(np.float64)
+    # (Not `floats @ floats` or einsum: a BLAS dot product of over ~10,000 items wakes
+    # OpenBLAS's threads, which then spin on the program's cores for a while.)
+    return int(d.min()) >= 0 and float((floats * floats).sum()) < 2.0 ** 61
+
+
 def _outliers(np: Any, n0: int, total0: int, squares0: int, d: Any, sums: Any, squares: Any,
               floor: int, where: Any, out: Any) -> None:
     """Set `out[where[j]]` for each of one name's durations `d` (in arrival order, with their
@@ -192,10 +201,7 @@ class BulkWindows:
         firsts = np.concatenate((np.zeros(1, np.intp), np.flatnonzero(np.diff(codes)) + 1))
         bounds = [*firsts.tolist(), len(d)]
         names = [columns.names[code] for code in codes[firsts].tolist()]
-        floats = d.astype(np.float64)
-        # (Not `floats @ floats` or einsum: a BLAS dot product of over ~10,000 items wakes
-        # OpenBLAS's threads, which then spin on the program's cores for a while.)
-        if int(d.min()) < 0 or float((floats * floats).sum()) >= 2.0 ** 61:
+        if not _int64_sums(np, d):
             self._verdicts_exact(np, names, bounds, where, d, out)
             return
         # Every duration and every sum of them or of their squares fits in int64 (a duration
@@ -230,8 +236,7 @@ class BulkWindows:
             if state is None:
                 state = self._durations[name] = [0, 0, 0]
             n0, total0, squares0 = state
-            floats = part.astype(np.float64)
-            if int(part.min()) < 0 or float((floats * floats).sum()) >= 2.0 ** 61:
+            if not _int64_sums(np, part):
                 part = part.astype(object)  # Python integers: exact past int64
             sums = np.cumsum(part)
             squares = np.cumsum(part * part)
