@@ -76,8 +76,9 @@ def _gpu_opt_in(timer: hierarchical_timer, name: str, gpu: bool | None) -> None:
 set_gpu_opt_in(_gpu_opt_in)
 
 
-def _get_thread_timer() -> TimerStack:
-    return thread_stack()
+#: ML-Agents' name for the current thread's stack (the recorder's function itself: ML-Agents'
+#: env workers call `get_timer_root` and `reset_timers` every step).
+_get_thread_timer = thread_stack
 
 
 _original_get_thread_timer = _get_thread_timer

@@ -80,3 +80,43 @@ def test_whole_run_counts_the_forked_childs_blocks_once_where_they_ran(tmp_path:
     tree = json.loads((tmp_path / "out" / "timers.json").read_text())
     assert shape(tree) == {("before",): 1, ("setup",): 1, ("setup", "child_step"): 2}
     assert tree["children"]["setup"]["children"]["child_step"]["is_parallel"]
+
+
+QUEUED = textwrap.dedent(
+    """
+    import multiprocessing as mp, sys
+    import otel_rl
+    from otel_rl import timers
+    otel_rl.configure(output_dir=sys.argv[1], spans="all")
+
+    def child(conn):
+        with timers.hierarchical_timer("child_step"):
+            pass
+        timers.reset_timers()
+        conn.send("done")
+
+    if __name__ == "__main__":
+        for _ in range(5):  # queued by each reset, not yet in the retired tree at the fork
+            with timers.hierarchical_timer("parent_step"):
+                pass
+            timers.reset_timers()
+        with timers.hierarchical_timer("setup"):
+            parent_conn, child_conn = mp.get_context("fork").Pipe()
+            p = mp.get_context("fork").Process(target=child, args=(child_conn,))
+            p.start()
+            parent_conn.recv()
+            p.join()
+    """
+)
+
+
+def test_roots_the_parent_queued_before_a_fork_are_counted_once(tmp_path: Path) -> None:
+    # A reset queues its old root; a child forked before they are added to the retired tree
+    # has a copy of the queue, which is the parent's: the whole run counts them once.
+    script = tmp_path / "program.py"
+    script.write_text(QUEUED)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    tree = json.loads((tmp_path / "out" / "timers.json").read_text())
+    assert shape(tree) == {("parent_step",): 5, ("setup",): 1, ("setup", "child_step"): 1}

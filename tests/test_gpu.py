@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import otel_rl
-from otel_rl._internal import gpu, semconv
+from otel_rl._internal import gpu, recorder, semconv
 from otel_rl._internal.readers.otlp_json import read_otlp_json_file
 from otel_rl._internal.tree import Tree
 from otel_rl._internal.treebuild import build_tree
@@ -544,6 +544,9 @@ def test_gpu_time_pending_across_reset_timers_stays_in_the_whole_run_tree(
         with hierarchical_timer("forward", gpu=True):
             cuda.launch(2.0)
     reset_timers()  # ML-Agents' env workers do this after every step they report
+    # A flush reading the whole run before the GPU is done adds the reset's root to the
+    # retired tree: its pending GPU time must follow it there.
+    recorder.stack_contribution(recorder.thread_stack())
     with hierarchical_timer("forward", gpu=True):
         cuda.launch(2.0)
     cuda.advance(100.0)

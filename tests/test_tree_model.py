@@ -393,3 +393,80 @@ def test_a_live_node_pickles_whole_and_older_pickles_still_load() -> None:
     OldPickler(buffer, protocol=4).dump(root)
     old = pickle.loads(buffer.getvalue())
     assert _shape(old) == _shape(root) and old.origin == (4242, 17)
+
+
+def _eager_contribution(roots: list[recorder.TimerNode],
+                        live: recorder.TimerNode) -> recorder.TimerNode:
+    """The whole run of a stack that retired `roots` and now holds `live`, each root added to
+    the retired tree at its reset (what `reset_timers` did before roots were queued)."""
+    retired = recorder.TimerNode("root")
+    for root in roots:
+        root.add_own_to(retired)
+    result = recorder.TimerNode("root")
+    result.merge_children(retired)
+    live.add_own_to(result)
+    return result
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_queued_resets_give_the_whole_run_of_resets_retired_at_once(seed: int) -> None:
+    # An ML-Agents env worker resets every step: its old roots wait in a queue and are added
+    # to the retired tree in batches. Read before, at and after each batch, and with fewer
+    # than a batch waiting, the whole run is the same tree, order and floats as adding each
+    # root at its reset, with what `merge` brought in left out.
+    rng = random.Random(seed)
+    stack = recorder.TimerStack()
+    roots: list[recorder.TimerNode] = []
+    checks = {1, 5, recorder.SETTLE_AT - 1, recorder.SETTLE_AT, recorder.SETTLE_AT + 1,
+              2 * recorder.SETTLE_AT + 3}
+    for step in range(1, 2 * recorder.SETTLE_AT + 4):
+        stack.root = _live_tree(rng)
+        roots.append(stack.root)
+        stack.reset()
+        assert not stack.root.children
+        if step in checks or rng.random() < 0.02:
+            stack.root = _live_tree(rng)
+            expected = _eager_contribution(roots, stack.root)
+            assert _shape(recorder.stack_contribution(stack)) == _shape(expected)
+            assert not stack.unretired  # a read settles the queue
+    assert len(stack.unretired) < recorder.SETTLE_AT
+
+
+def test_a_reader_thread_and_the_resetting_thread_count_each_root_once() -> None:
+    # Flush threads read a worker's whole run while the worker's main thread resets: each
+    # queued root is added to the retired tree exactly once, whoever adds it.
+    import sys
+    import threading
+
+    stack = recorder.TimerStack()
+    done = threading.Event()
+    reads = 0
+
+    def read() -> None:
+        nonlocal reads
+        while not done.is_set():
+            recorder.stack_contribution(stack)
+            reads += 1
+
+    steps = 16 * recorder.SETTLE_AT + 11
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    readers = [threading.Thread(target=read) for _ in range(2)]  # (two add at once, unlocked)
+    for reader in readers:
+        reader.start()
+    try:
+        for _ in range(steps):
+            stack.root.get_child("step").add_time(0.25)
+            stack.root.get_child("step").get_child("inner").add_time(0.125)
+            stack.reset()
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join()
+        sys.setswitchinterval(interval)
+    whole = recorder.stack_contribution(stack).children["step"]
+    assert reads > 0
+    assert (whole.count, whole.total) == (steps, steps * 0.25)
+    assert (whole.children["inner"].count, whole.children["inner"].total) == (steps,
+                                                                               steps * 0.125)
+

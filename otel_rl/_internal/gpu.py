@@ -205,6 +205,8 @@ def begin(node: TimerNode, sid: int, name: str) -> Pending | None:
         _fail(exc)
         return None
     pending = Pending(start, stream, device, node, sid)
+    if recorder.on_retire is None:  # from the first pair on: a reset retargets pending ones
+        recorder.set_retire_hook(_retarget)
     if sid:
         spans[sid] = pending
     return pending
@@ -407,8 +409,6 @@ def _retarget(stack: Any, old_root: TimerNode) -> None:
                 target = target.get_child(name)
             pending.node = target
 
-
-recorder.set_retire_hook(_retarget)
 
 
 # --- spans: held back until their GPU time is known ---------------------------------------------

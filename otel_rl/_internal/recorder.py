@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, MutableSequence, Sequence
 from time import perf_counter_ns
 from types import TracebackType
@@ -306,7 +307,7 @@ class TimerStack:
 
     __slots__ = ("base", "component", "dropped", "fork_path", "gauges", "merged_gauge_counts",
                  "metadata", "pid", "retired", "retired_gauges", "root", "run_start", "slot",
-                 "stack", "start_time", "tid", "tname", "top", "trace")
+                 "stack", "start_time", "tid", "tname", "top", "trace", "unretired")
 
     def __init__(self) -> None:
         current = threading.current_thread()
@@ -323,6 +324,8 @@ class TimerStack:
         # otel_rl's own state; never reset by `reset()`.
         self.run_start = perf_counter_ns()
         self.retired = TimerNode("root")
+        # Roots `reset()` let go of whose blocks are not in `retired` yet (`_settle` adds them).
+        self.unretired: deque[TimerNode] = deque()
         self.retired_gauges: dict[str, Gauge] = {}
         self.merged_gauge_counts: dict[str, int] = {}
         self.dropped = 0
@@ -391,12 +394,23 @@ class TimerStack:
         return result
 
     def reset(self) -> None:
-        """Start over (ML-Agents semantics). The whole-run tree keeps what was recorded."""
+        """Start over (ML-Agents semantics). The whole-run tree keeps what was recorded.
+
+        ML-Agents' env workers reset every step, so the old root's blocks are usually only
+        queued here: `_settle` adds a batch of them to `retired` at once, and before anything
+        reads it. Gauges, a fork path or a retire hook (GPU time still due) retire it now."""
         old_root = self.root
-        _retire(self)
-        hook = on_retire
-        if hook is not None:
-            hook(self, old_root)
+        if self.gauges or self.fork_path or on_retire is not None:
+            _settle(self)
+            _retire(self)
+            hook = on_retire
+            if hook is not None:
+                hook(self, old_root)
+        else:
+            unretired = self.unretired
+            unretired.append(old_root)
+            if len(unretired) >= SETTLE_AT:
+                _settle(self)
         self.fork_path = ()
         self.root = TimerNode("root")
         self.root.origin = (self.pid, self.tid)
@@ -488,6 +502,10 @@ _local = threading.local()
 thread_state = _local
 _all_stacks: list[TimerStack] = []
 _registry_lock = threading.Lock()
+#: Held while a stack's queued roots are added to its `retired` tree (`_settle`).
+_settle_lock = threading.Lock()
+#: How many roots `TimerStack.reset` queues before it adds them to `retired` itself.
+SETTLE_AT = 256
 
 #: The `gpu_blocks` setting's verdict per block name (`gpu.wanted`), while it names any.
 gpu_wanted: dict[str, bool] = {}
@@ -563,6 +581,7 @@ class _State(TypedDict, total=False):
     on_tally_full: Callable[[int], MutableSequence[int] | None] | None
     _tally_lock: threading.Lock
     _registry_lock: threading.Lock
+    _settle_lock: threading.Lock
     _next_slot: int
     _generation: int
     _accelerator_on: bool
@@ -843,7 +862,8 @@ def reset_after_fork() -> TimerStack:
     that copy holds is the parent's: it is marked as merged-in, so the child's whole-run
     contribution holds only what the child records itself."""
     # The parent's counters (maybe its shared file) are not the child's to count in.
-    _assign(_registry_lock=threading.Lock(), _generation=_generation + 1,
+    _assign(_registry_lock=threading.Lock(), _settle_lock=threading.Lock(),
+            _generation=_generation + 1,
             tally=[0] * TALLY_SLOTS, _tally_lock=threading.Lock(),
             _next_slot=FIRST_STACK_SLOT + 1)
     _swap_enter(_untallied_enter)
@@ -860,6 +880,7 @@ def reset_after_fork() -> TimerStack:
     _mark_inherited(survivor.root)
     survivor.merged_gauge_counts = {name: g.count for name, g in survivor.gauges.items()}
     survivor.retired = TimerNode("root")
+    survivor.unretired = deque()  # the parent's
     survivor.retired_gauges = {}
     survivor.dropped = 0
     survivor.fork_path = tuple(node.name for node in survivor.stack[1:])
@@ -1157,6 +1178,24 @@ def _add_own(stack: TimerStack, target: TreeNode) -> None:
     target.merge_children(own.lifted(stack.fork_path))
 
 
+def _settle(stack: TimerStack) -> None:
+    """Add the roots `stack.reset()` queued to `stack.retired`, oldest first. Any thread may
+    call it (the owner as its queue fills, a reader before it reads `retired`): each root is
+    taken off the queue once, and the lock keeps two threads from adding into `retired` at
+    once."""
+    unretired = stack.unretired
+    if not unretired:
+        return
+    with _settle_lock:
+        retired = stack.retired
+        while True:
+            try:
+                root = unretired.popleft()
+            except IndexError:
+                return
+            root.add_own_to(retired)
+
+
 def _retire(stack: TimerStack) -> None:
     _add_own(stack, stack.retired)
     for name, gauge in stack.gauges.items():
@@ -1172,6 +1211,7 @@ def _retire(stack: TimerStack) -> None:
 def stack_contribution(stack: TimerStack) -> TimerNode:
     """Everything `stack` recorded (its own blocks, resets included) as one root node."""
     result = TimerNode("root")
+    _settle(stack)
     result.merge_children(stack.retired)
     _add_own(stack, result)
     return result
