@@ -8,6 +8,8 @@ import json
 import math
 import pickle
 import random
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -435,9 +437,6 @@ def test_queued_resets_give_the_whole_run_of_resets_retired_at_once(seed: int) -
 def test_a_reader_thread_and_the_resetting_thread_count_each_root_once() -> None:
     # Flush threads read a worker's whole run while the worker's main thread resets: each
     # queued root is added to the retired tree exactly once, whoever adds it.
-    import sys
-    import threading
-
     stack = recorder.TimerStack()
     done = threading.Event()
     reads = 0

@@ -400,10 +400,10 @@ class TimerStack:
         queued here: `_settle` adds a batch of them to `retired` at once, and before anything
         reads it. Gauges, a fork path or a retire hook (GPU time still due) retire it now."""
         old_root = self.root
-        if self.gauges or self.fork_path or on_retire is not None:
+        hook = on_retire
+        if self.gauges or self.fork_path or hook is not None:
             _settle(self)
             _retire(self)
-            hook = on_retire
             if hook is not None:
                 hook(self, old_root)
         else:

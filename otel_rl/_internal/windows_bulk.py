@@ -90,7 +90,7 @@ def _chunk(window: Any, key: Any, records: Sequence[Record], idx: Any, s: Any, e
 
 
 def _int64_sums(np: Any, d: Any) -> bool:
-    """Whether durations `d` are none negative and their squares' sum (so every prefix sum of
+    """Whether durations `d` are all non-negative and their squares' sum (so every prefix sum of
     them or of their squares) is well inside int64."""
     floats = d.astype(np.float64)
     # (Not `floats @ floats` or einsum: a BLAS dot product of over ~10,000 items wakes
