@@ -6,10 +6,13 @@ import copyreg
 import io
 import json
 import math
+import os
 import pickle
 import random
+import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -469,3 +472,37 @@ def test_a_reader_thread_and_the_resetting_thread_count_each_root_once() -> None
     assert (whole.children["inner"].count, whole.children["inner"].total) == (steps,
                                                                                steps * 0.125)
 
+
+
+_WORKER_LOOP = """
+import gc, sys
+if sys.argv[1] == "mlagents":
+    from mlagents_envs import timers
+else:
+    from otel_rl import timers
+gc.collect()
+before = gc.get_stats()[0]["collections"]
+responses = []
+for step in range(30000):  # ML-Agents' env worker, one step each
+    with timers.hierarchical_timer("env_step"):
+        pass
+    responses.append(timers.get_timer_root())  # its response, until the feeder sends it
+    if len(responses) > 2:
+        responses.pop(0)
+    timers.reset_timers()
+print(gc.get_stats()[0]["collections"] - before)
+"""
+
+
+def test_an_env_workers_resets_leave_the_collector_no_more_work_than_mlagents_own() -> None:
+    # Queued roots must die young: a queue that outlives the young collections makes an env
+    # worker collect more often, and promotes roots into the oldest generation, whose full
+    # collections walk the whole heap the worker inherited from the trainer.
+    def young_collections(timers: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", _WORKER_LOOP, timers], capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            timeout=120, check=True)
+        return int(done.stdout)
+
+    assert young_collections("otel_rl") <= young_collections("mlagents")
