@@ -473,17 +473,17 @@ def test_a_reader_thread_and_the_resetting_thread_count_each_root_once() -> None
                                                                                steps * 0.125)
 
 
-
 _WORKER_LOOP = """
 import gc, sys
 if sys.argv[1] == "mlagents":
     from mlagents_envs import timers
 else:
     from otel_rl import timers
+gc.set_threshold(700, 10, 10)  # CPython's default before 3.13 (which starts young ones later)
 gc.collect()
 before = gc.get_stats()[0]["collections"]
 responses = []
-for step in range(30000):  # ML-Agents' env worker, one step each
+for _ in range(30000):  # ML-Agents' env worker, one step each
     with timers.hierarchical_timer("env_step"):
         pass
     responses.append(timers.get_timer_root())  # its response, until the feeder sends it
